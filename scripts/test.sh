@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# test.sh: installs what is missing, builds the tests under AddressSanitizer + UBSan (CPU path, the one
+# CI can run), and runs every Criterion test. Also checks that the release build (with CUDA when nvcc
+# is present) compiles. Exit status is the tests'.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+BUILD_DIR=build-asan CMAKE_ARGS="-DQLT_SANITIZE=ON -DQLT_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug" scripts/setup.sh
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+jobs=$(nproc 2>/dev/null || echo 2)
+./build-asan/qlt_tests --jobs "$jobs" "$@"

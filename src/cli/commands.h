@@ -1,0 +1,19 @@
+/* commands.h: one entry point per `qlora-train <command>`; each lives in src/cli/cmd_<command>.c,
+ * parses its own arguments, prints its own usage, and returns the process exit status (0 = ok).
+ * Errors are printed by the command as one line: "qlora-train: error: <what and what to do>". */
+#ifndef QLT_COMMANDS_H
+#define QLT_COMMANDS_H
+
+typedef struct qlt_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
+} qlt_command;
+
+/* The table of commands, terminated by a {NULL} entry (src/cli/command_table.c). */
+extern const qlt_command qlt_commands[];
+
+/* Prints "qlora-train: error: <qlt_error()>" on stderr and returns 1. */
+int qlt_cli_report_error(void);
+
+#endif

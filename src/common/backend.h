@@ -1,0 +1,137 @@
+/* backend.h: the one dispatch table every op goes through, so the same model, autograd tape and trainer
+ * run on the CPU reference (src/cpu, float32, plain C) and on CUDA (src/cuda, bf16 activations).
+ *
+ * Conventions for every op:
+ * - Pointers are backend memory. `act` buffers hold be->act_dtype elements (F32 on cpu, BF16 on cuda);
+ *   `float *` buffers are float32 on every backend (LoRA weights, their gradients, Adam moments, norm
+ *   weights, softmax statistics, scalars).
+ * - Token-major layouts: a batch of B rows of S tokens is N = B*S tokens; hidden states are [N, D].
+ *   Attention heads are laid out inside a row: q [N, n_heads*head_dim], k/v [N, n_kv_heads*head_dim].
+ * - Outputs named `out`/`y` are overwritten unless the op says "+=" (accumulate) or takes a beta
+ *   (out = beta*out + result, beta 0 or 1). Parameters' gradients always accumulate (+=).
+ * - Ops never allocate and never synchronize with the host (so a CUDA step can be graph-captured);
+ *   only alloc/free/upload/download/sync do.
+ * - Packed examples: seg_start[t] is the index, inside t's row, of the first token of t's example.
+ *   Token t may attend to key j of the same row iff seg_start[t] <= j <= t. */
+#ifndef QLT_BACKEND_H
+#define QLT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/dtype.h"
+#include "model/weight.h"
+
+/* Scalars the optimizer step reads from backend memory; the host writes lr and the bias corrections
+ * before each step (so a captured graph replays with new values), the step writes grad_norm_sq. */
+typedef struct qlt_optim_scalars {
+    float lr;
+    float beta1, beta2, eps, weight_decay;
+    float bias_correction1; /* 1 - beta1^step */
+    float bias_correction2; /* 1 - beta2^step */
+    float max_grad_norm;    /* 0 = no clipping */
+    float grad_norm_sq;     /* sum of squares of every gradient, written by sumsq */
+    float loss_sum;         /* sum of token losses of the step, accumulated by lm_head_loss */
+} qlt_optim_scalars;
+
+typedef enum qlt_backward_a {
+    QLT_BACKWARD_A_BF16 = 0,
+    QLT_BACKWARD_A_FP16,
+    QLT_BACKWARD_A_FP32,
+} qlt_backward_a;
+
+typedef struct qlt_backend qlt_backend;
+struct qlt_backend {
+    const char *name;     /* "cpu" or "cuda" */
+    qlt_dtype act_dtype;  /* element type of activations */
+    qlt_backward_a backward_a;
+    void *impl;           /* backend-private state */
+
+    /* ---- memory (may allocate / synchronize; never called inside a step) ---- */
+    void *(*alloc)(qlt_backend *be, size_t bytes); /* NULL on failure */
+    void (*free)(qlt_backend *be, void *p);
+    void (*upload)(qlt_backend *be, void *dst, const void *src_host, size_t bytes);
+    void (*download)(qlt_backend *be, void *dst_host, const void *src, size_t bytes); /* synchronous */
+    void (*sync)(qlt_backend *be);
+    void (*destroy)(qlt_backend *be);
+    /* Uploads a frozen weight given as host values of `dtype` [rows, cols], quantizing to NF4 when
+     * `nf4_blocksize` > 0. Fills *w; returns 0 or -1 with qlt_fail. */
+    int (*weight_create)(qlt_backend *be, qlt_weight *w, const void *host, qlt_dtype dtype, int64_t rows,
+                         int64_t cols, int nf4_blocksize, int double_quant);
+    void (*weight_free)(qlt_backend *be, qlt_weight *w);
+
+    /* ---- ops (asynchronous, allocation-free) ---- */
+    void (*zero)(qlt_backend *be, void *p, size_t bytes);
+    /* act x [N, D] = act(emb[ids[t], :]); ids int32 [N]; emb [V, D] any dense format. */
+    void (*embed)(qlt_backend *be, void *x, const int32_t *ids, const qlt_weight *emb, int64_t n);
+    /* y [N, D] = x * rstd * w; rstd float [N] saved for backward. */
+    void (*rmsnorm_fwd)(qlt_backend *be, void *y, float *rstd, const void *x, const float *w, int64_t n,
+                        int64_t d, float eps);
+    /* dx [N, D] = beta*dx + d(rmsnorm)/dx . dy. */
+    void (*rmsnorm_bwd)(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
+                        const float *w, int64_t n, int64_t d, float beta);
+    /* y [N, rows] = x [N, cols] . W^T (+ bias [rows] when not NULL). */
+    void (*linear_fwd)(qlt_backend *be, void *y, const void *x, const qlt_weight *w, const float *bias,
+                       int64_t n);
+    /* dx [N, cols] = beta*dx + dy [N, rows] . W  (precision per be->backward_a). */
+    void (*linear_bwd_x)(qlt_backend *be, void *dx, const void *dy, const qlt_weight *w, int64_t n,
+                         float beta);
+    /* LoRA side path: u [N, r] = x . A^T (saved), y [N, out] += scale * u . B^T.
+     * A float [r, in], B float [out, r]. */
+    void (*lora_fwd)(qlt_backend *be, void *y, float *u, const void *x, const float *a, const float *b,
+                     int64_t n, int64_t in, int64_t out, int r, float scale);
+    /* du = scale * dy . B; dB += scale * dy^T . u; dA += du^T . x; dx = dx_beta*dx + du . A.
+     * scratch float [N, r]. */
+    void (*lora_bwd)(qlt_backend *be, void *dx, float *da, float *db, float *scratch, const void *dy,
+                     const void *x, const float *u, const float *a, const float *b, int64_t n, int64_t in,
+                     int64_t out, int r, float scale, float dx_beta);
+    /* Rotary embedding in place on x [N, n_heads, head_dim] (HF rotate-half layout), angle
+     * pos[t] * inv_freq[i] for i < head_dim/2; inverse = 1 rotates by the negative angle (backward). */
+    void (*rope)(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n,
+                 int n_heads, int head_dim, int inverse);
+    /* Causal grouped-query attention with packed-example masking; out [N, n_heads*hd],
+     * lse float [N, n_heads] = log-sum-exp of the scaled scores (saved for backward). */
+    void (*attention_fwd)(qlt_backend *be, void *out, float *lse, const void *q, const void *k,
+                          const void *v, const int32_t *seg_start, int batch, int seq, int n_heads,
+                          int n_kv_heads, int head_dim, float scale);
+    /* dq, dk, dv overwritten. scratch float [N, n_heads] (rowsum(dout * out)). */
+    void (*attention_bwd)(qlt_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
+                          const void *out, const float *lse, const void *q, const void *k, const void *v,
+                          const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
+                          int head_dim, float scale);
+    /* h [N, I] = silu(gate) * up */
+    void (*swiglu_fwd)(qlt_backend *be, void *h, const void *gate, const void *up, int64_t count);
+    /* dgate, dup overwritten */
+    void (*swiglu_bwd)(qlt_backend *be, void *dgate, void *dup, const void *dh, const void *gate,
+                       const void *up, int64_t count);
+    /* out = a + b (out may alias a or b) */
+    void (*add)(qlt_backend *be, void *out, const void *a, const void *b, int64_t count);
+    /* Inverted dropout: out = x * keep / (1 - p), keep decided by a counter hash of (seed, offset + i),
+     * so the backward regenerates the same mask. out may alias x. */
+    void (*dropout)(qlt_backend *be, void *out, const void *x, int64_t count, float p, uint64_t seed,
+                    uint64_t offset);
+    /* Fused lm_head + cross-entropy over N tokens: logits = x . W^T (W [V, D]); for targets[t] != -100,
+     * scalars->loss_sum += -log softmax(logits)[target]; when dx != NULL, dx [N, D] = grad_scale *
+     * d(sum of losses)/dx (0 rows for ignored tokens). Never holds [N, V] in float32 at once on CUDA;
+     * scratch holds chunk logits: at least min(N, 4096) * V act elements. */
+    void (*lm_head_loss)(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch,
+                         const void *x, const qlt_weight *w, const int32_t *targets, int64_t n,
+                         float grad_scale);
+    /* out float [N, V] = float(x . W^T): logits for evaluation and tests. */
+    void (*logits)(qlt_backend *be, float *out, const void *x, const qlt_weight *w, int64_t n);
+    /* scalars->grad_norm_sq = sum(g^2) over g float [count]. */
+    void (*grad_norm_sq)(qlt_backend *be, qlt_optim_scalars *scalars, const float *g, int64_t count);
+    /* One AdamW step (torch semantics) over count parameters, with the global-norm clip scale
+     * min(1, max_grad_norm / (sqrt(grad_norm_sq) + 1e-6)) applied to g first when max_grad_norm > 0. */
+    void (*adamw)(qlt_backend *be, float *p, const float *g, float *m, float *v, int64_t count,
+                  const qlt_optim_scalars *scalars);
+};
+
+/* The CPU reference backend (always available). threads = 0: all cores. */
+qlt_backend *qlt_backend_cpu_create(int threads);
+/* The CUDA backend, or NULL with qlt_fail when built without CUDA or no device is present. */
+qlt_backend *qlt_backend_cuda_create(int device_index);
+/* "auto" | "cpu" | "cuda" -> a backend; "auto" prefers CUDA and says which it chose on stderr. */
+qlt_backend *qlt_backend_create(const char *device, int threads);
+
+#endif

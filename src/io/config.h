@@ -1,0 +1,106 @@
+/* config.h: the run configuration: one struct, filled from defaults, then a YAML or JSON file, then
+ * `--set section.key=value` overrides, in that order.
+ *
+ * Every key has a default, a type and a one-line help (the schema lives in config.c and is what
+ * `qlora-train help config` prints). Unknown keys are errors naming the key and the nearest valid one;
+ * values of the wrong type are errors naming the file, line and key. Strings are owned by the struct. */
+#ifndef QLT_CONFIG_H
+#define QLT_CONFIG_H
+
+#include <stdint.h>
+
+#define QLT_MAX_PATHS 16
+
+typedef struct qlt_path_list {
+    int count;
+    char *items[QLT_MAX_PATHS];
+} qlt_path_list;
+
+/* Bit set of LoRA target projections. */
+enum {
+    QLT_TARGET_Q = 1 << 0,
+    QLT_TARGET_K = 1 << 1,
+    QLT_TARGET_V = 1 << 2,
+    QLT_TARGET_O = 1 << 3,
+    QLT_TARGET_GATE = 1 << 4,
+    QLT_TARGET_UP = 1 << 5,
+    QLT_TARGET_DOWN = 1 << 6,
+    QLT_TARGET_ALL = 0x7f,
+};
+
+typedef struct qlt_config {
+    struct {
+        char *path;        /* model directory (config.json + *.safetensors); "" = built-in demo model */
+        char *quant;       /* "nf4" | "none" */
+        int nf4_blocksize; /* 64 */
+        int double_quant;  /* 1 */
+    } model;
+    struct {
+        int r;             /* 16 */
+        float alpha;       /* 32 */
+        unsigned targets;  /* QLT_TARGET_* bits; config accepts a list of q,k,v,o,gate,up,down (or *_proj)
+                              or "all-linear" */
+        float dropout;     /* 0 */
+        int rslora;        /* 0: scale = alpha / r; 1: alpha / sqrt(r) */
+        char *init_from;   /* "" or a PEFT adapter dir */
+    } lora;
+    struct {
+        qlt_path_list train; /* .jsonl / .jsonl.gz files */
+        qlt_path_list eval;
+        char *format;        /* text | completion | alpaca | chat | tokens */
+        int seq_len;         /* 2048 */
+        int packing;         /* 1 */
+        int shuffle;         /* 1 */
+        char *tokenizer;     /* "" = <model.path>/tokenizer.json */
+        char *chat_template; /* auto | chatml | llama3 */
+        int train_on_prompt; /* 0 */
+        float eval_split;    /* 0 */
+        int skip_bad;        /* 0 */
+        int cache;           /* 1: cache the tokenized, packed dataset beside output.dir */
+        int threads;         /* 0 = all cores, for tokenizing */
+    } data;
+    struct {
+        char *device;        /* auto | cpu | cuda */
+        uint64_t seed;       /* 42 */
+        int micro_batch;     /* 1 */
+        int grad_accum;      /* 1 */
+        int64_t max_steps;   /* 0 = run train.epochs */
+        float epochs;        /* 1 */
+        float lr;            /* 2e-4 */
+        float betas[2];      /* 0.9, 0.999 */
+        float eps;           /* 1e-8 */
+        float weight_decay;  /* 0.0 */
+        float max_grad_norm; /* 1.0; 0 = off */
+        char *schedule;      /* constant | linear | cosine */
+        int64_t warmup_steps;/* 0 */
+        float warmup_ratio;  /* 0 */
+        float min_lr_ratio;  /* 0 */
+        char *backward_a;    /* bf16 | fp16 | fp32 */
+        char *grad_checkpoint; /* none | layer | auto */
+        int cuda_graph;      /* 0 (the CUDA_GRAPH=1 environment variable also turns it on) */
+        int64_t eval_every;  /* 0 = only at the end when data.eval is set */
+        int log_every;       /* 1 */
+        int threads;         /* 0 = all cores, for the CPU path */
+    } train;
+    struct {
+        char *dir;           /* "runs/demo" */
+        int64_t save_every;  /* 0 = only the final adapter */
+        int keep_last;       /* 0 = keep every checkpoint */
+    } output;
+} qlt_config;
+
+/* Fills every field with its default. */
+void qlt_config_defaults(qlt_config *cfg);
+/* Reads a YAML (.yaml/.yml) or JSON (.json) file over the current values. */
+int qlt_config_load_file(qlt_config *cfg, const char *path);
+/* Applies one "section.key=value" override (value parsed as YAML scalar / flow list). */
+int qlt_config_set(qlt_config *cfg, const char *assignment);
+/* Checks cross-key constraints (r > 0, seq_len >= 2, known enum values, ...). */
+int qlt_config_validate(const qlt_config *cfg);
+/* Writes the effective configuration as JSON (for the run directory and checkpoints). */
+int qlt_config_write_json(const qlt_config *cfg, const char *path);
+/* Prints every key with type, default and help. */
+void qlt_config_print_help(void);
+void qlt_config_free(qlt_config *cfg);
+
+#endif

@@ -1,0 +1,42 @@
+/* dataset.h: training / evaluation data as fixed-shape rows of seq_len tokens.
+ *
+ * Input files (.jsonl or .jsonl.gz, one example a line) in one of the formats of data.format
+ * (text | completion | alpaca | chat | tokens) are tokenized, masked (labels -100 where no loss is
+ * taken), then packed (data.packing: examples concatenated into rows of exactly seq_len tokens) or
+ * padded (one example a row, labels -100 on the padding). Labels are unshifted, Hugging Face style:
+ * the model's logits at t predict labels[t+1] of the same row; with packing the first token of every
+ * example has label -100, so no token is trained to predict across an example boundary.
+ *
+ * seg_start[t] is the index inside the row of the first token of t's example, positions[t] =
+ * t - seg_start[t] (positions restart at every example; attention never crosses an example). */
+#ifndef QLT_DATASET_H
+#define QLT_DATASET_H
+
+#include <stdint.h>
+
+#include "io/config.h"
+
+typedef struct qlt_dataset {
+    int64_t n_rows;
+    int seq_len;
+    int32_t *input_ids; /* [n_rows, seq_len] */
+    int32_t *labels;    /* [n_rows, seq_len], -100 = no loss */
+    int32_t *seg_start; /* [n_rows, seq_len] */
+    /* statistics, reported by the trainer */
+    int64_t n_examples;  /* examples read */
+    int64_t n_truncated; /* examples longer than seq_len, cut */
+    int64_t n_skipped;   /* bad lines skipped (data.skip_bad) */
+    int64_t n_tokens;    /* real (non-pad) tokens */
+    int64_t n_label_tokens; /* labels != -100 */
+} qlt_dataset;
+
+/* Builds a dataset from `files` according to cfg->data (format, seq_len, packing, tokenizer, ...).
+ * model_dir is where the tokenizer is found when data.tokenizer is empty. cache_dir, when not NULL,
+ * holds the tokenized+packed cache (data.cache). Errors name file and line. */
+int qlt_dataset_build(qlt_dataset *ds, const qlt_config *cfg, const qlt_path_list *files,
+                      const char *model_dir, const char *cache_dir);
+/* Splits off the last `fraction` of rows (at least one row when fraction > 0) into *eval. */
+int qlt_dataset_split(qlt_dataset *train, qlt_dataset *eval, float fraction, uint64_t seed);
+void qlt_dataset_free(qlt_dataset *ds);
+
+#endif
