@@ -104,6 +104,8 @@ struct qlt_backend {
     /* dgate, dup overwritten */
     void (*swiglu_bwd)(qlt_backend *be, void *dgate, void *dup, const void *dh, const void *gate,
                        const void *up, int64_t count);
+    /* out = x (count act elements) */
+    void (*copy)(qlt_backend *be, void *out, const void *x, int64_t count);
     /* out = a + b (out may alias a or b) */
     void (*add)(qlt_backend *be, void *out, const void *a, const void *b, int64_t count);
     /* Inverted dropout: out = x * keep / (1 - p), keep decided by a counter hash of (seed, offset + i),

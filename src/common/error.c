@@ -23,7 +23,7 @@ int qlt_fail_context(const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, error_line, sizeof old);
-    snprintf(error_line, sizeof error_line, "%s: %s", prefix, old);
+    snprintf(error_line, sizeof error_line, "%.1000s: %.1000s", prefix, old);
     return -1;
 }
 

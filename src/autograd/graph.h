@@ -1,0 +1,100 @@
+/* graph.h: the autograd tape. The forward records each op (with what its backward needs) as it runs;
+ * qlt_graph_backward replays the tape in reverse. Only values downstream of a trainable parameter
+ * (LoRA A/B) carry gradients; frozen weights never get gradient buffers.
+ *
+ * Memory: every activation, saved statistic and activation gradient of a step comes from one arena that
+ * is planned once per batch shape: a planning pass records the same ops without running them and only
+ * measures the arena; then the arena is allocated once and every later step reuses the same addresses.
+ * Nothing is allocated inside a step, which is what lets CUDA capture a whole step as a graph.
+ * Conventions: "activations use =, parameters use +=": parameter gradients accumulate across
+ * micro-batches, activation gradients are written by their first contribution (beta 0) and accumulated
+ * by later ones (beta 1). */
+#ifndef QLT_GRAPH_H
+#define QLT_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/backend.h"
+
+typedef struct qlt_value {
+    void *data;     /* act elements [count] (backend memory) */
+    void *grad;     /* same shape; NULL until the backward first writes it */
+    int64_t count;
+    int needs_grad; /* downstream of a trainable parameter */
+    int grad_ready; /* grad holds a contribution */
+} qlt_value;
+
+typedef enum qlt_node_kind {
+    QLT_NODE_RMSNORM = 0,
+    QLT_NODE_LINEAR,
+    QLT_NODE_ROPE,
+    QLT_NODE_ATTENTION,
+    QLT_NODE_SWIGLU,
+    QLT_NODE_ADD,
+} qlt_node_kind;
+
+/* LoRA side path of a linear node: pointers into the LoRA arenas. */
+typedef struct qlt_lora_ref {
+    const float *a; /* [r, in] */
+    const float *b; /* [out, r] */
+    float *da, *db; /* gradients, += */
+    int r;
+    float scale;
+    float dropout;         /* 0 = none */
+    uint64_t dropout_seed; /* mask = hash(seed, element index) */
+} qlt_lora_ref;
+
+typedef struct qlt_node {
+    qlt_node_kind kind;
+    int in[3];
+    int out;
+    union {
+        struct { float *rstd; const float *w; int64_t n, d; } norm;
+        struct { const qlt_weight *w; int64_t n; int has_lora; qlt_lora_ref lora; float *u; void *x_drop; } linear;
+        struct { const int32_t *pos; const float *inv_freq; int64_t n; int heads, head_dim; } rope;
+        struct { float *lse; const int32_t *seg_start; int batch, seq, n_heads, n_kv_heads, head_dim; float scale; } attn;
+    } u;
+} qlt_node;
+
+typedef struct qlt_graph {
+    qlt_backend *be;
+    int planning;        /* record and measure only; run nothing */
+    char *arena;         /* backend memory */
+    size_t arena_cap, arena_used, arena_peak;
+    qlt_value *values;
+    int n_values, cap_values;
+    qlt_node *nodes;
+    int n_nodes, cap_nodes;
+    int planned;         /* arena and tables sized: no growth allowed */
+} qlt_graph;
+
+void qlt_graph_init(qlt_graph *g, qlt_backend *be);
+/* Starts recording a step (planning = 1 for the measuring pass). */
+void qlt_graph_begin(qlt_graph *g, int planning);
+/* After a planning pass: allocates the arena for the measured peak. */
+int qlt_graph_commit_plan(qlt_graph *g);
+void qlt_graph_free(qlt_graph *g);
+
+/* Arena allocation (256-byte aligned); fake non-NULL addresses while planning. */
+void *qlt_graph_alloc(qlt_graph *g, size_t bytes);
+/* A value of count act elements: fresh storage (data == NULL) or existing storage. Returns its index. */
+int qlt_graph_value(qlt_graph *g, void *data, int64_t count, int needs_grad);
+/* The gradient buffer of value v, allocated on first use (not zeroed). */
+void *qlt_graph_grad(qlt_graph *g, int v);
+
+/* ---- recorded ops; each returns the index of its output value ---- */
+int qlt_ag_rmsnorm(qlt_graph *g, int x, const float *w, int64_t n, int64_t d, float eps);
+/* y = x W^T (+ bias) (+ LoRA when lora != NULL) over n rows */
+int qlt_ag_linear(qlt_graph *g, int x, const qlt_weight *w, const float *bias, const qlt_lora_ref *lora, int64_t n);
+/* rotates x in place; the output value shares x's storage */
+int qlt_ag_rope(qlt_graph *g, int x, const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim);
+int qlt_ag_attention(qlt_graph *g, int q, int k, int v, const int32_t *seg_start, int batch, int seq, int n_heads,
+                     int n_kv_heads, int head_dim, float scale);
+int qlt_ag_swiglu(qlt_graph *g, int gate, int up);
+int qlt_ag_add(qlt_graph *g, int a, int b);
+
+/* Runs the recorded backward in reverse, starting from values whose grad is ready. */
+void qlt_graph_backward(qlt_graph *g);
+
+#endif

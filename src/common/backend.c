@@ -1,0 +1,27 @@
+/* backend.c: picks the backend for train.device (auto | cpu | cuda). */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/backend.h"
+#include "common/error.h"
+
+#ifndef QLT_HAVE_CUDA
+qlt_backend *qlt_backend_cuda_create(int device_index) {
+    qlt_fail("this qlora-train was built without CUDA (nvcc was not found at build time): use "
+             "--set train.device=cpu, or rebuild on a machine with the CUDA toolkit");
+    return NULL;
+}
+#endif
+
+qlt_backend *qlt_backend_create(const char *device, int threads) {
+    if (strcmp(device, "cpu") == 0) return qlt_backend_cpu_create(threads);
+    if (strcmp(device, "cuda") == 0) return qlt_backend_cuda_create(0);
+    if (strcmp(device, "auto") == 0) {
+        qlt_backend *be = qlt_backend_cuda_create(0);
+        if (be) return be;
+        fprintf(stderr, "qlora-train: no usable GPU (%s); running on the CPU\n", qlt_error());
+        return qlt_backend_cpu_create(threads);
+    }
+    qlt_fail("train.device: '%s' is not one of auto, cpu, cuda", device);
+    return NULL;
+}

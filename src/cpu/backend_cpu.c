@@ -1,0 +1,222 @@
+/* backend_cpu.c: the CPU reference backend: the qlt_backend table over the float32 ops of cpu_ops.h.
+ * Activations are float32 host memory; frozen weights are float32, or NF4 dequantized into a scratch
+ * buffer on every use (never kept in float32). */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/backend.h"
+#include "common/error.h"
+#include "cpu/cpu_ops.h"
+
+typedef struct cpu_impl {
+    float *dequant;        /* scratch for one dequantized NF4 weight */
+    int64_t dequant_cap;   /* elements */
+} cpu_impl;
+
+static void *cpu_alloc(qlt_backend *be, size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    return p;
+}
+static void cpu_free(qlt_backend *be, void *p) { free(p); }
+static void cpu_upload(qlt_backend *be, void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
+static void cpu_download(qlt_backend *be, void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
+static void cpu_sync(qlt_backend *be) {}
+
+static void cpu_destroy(qlt_backend *be) {
+    cpu_impl *impl = be->impl;
+    free(impl->dequant);
+    free(impl);
+    free(be);
+}
+
+/* Returns the weight as float32 [rows, cols]: the stored array, or NF4 dequantized into scratch. */
+static const float *cpu_weight_f32(qlt_backend *be, const qlt_weight *w) {
+    if (w->format == QLT_WFORMAT_F32) return w->data;
+    QLT_ASSERT(!"NF4 weights on the CPU backend: wired in with the NF4 module");
+    return NULL;
+}
+
+static int cpu_weight_create(qlt_backend *be, qlt_weight *w, const void *host, qlt_dtype dtype, int64_t rows,
+                             int64_t cols, int nf4_blocksize, int double_quant) {
+    memset(w, 0, sizeof *w);
+    w->rows = rows;
+    w->cols = cols;
+    int64_t numel = rows * cols;
+    float *dense = qlt_xmalloc(sizeof(float) * (size_t)numel);
+    qlt_convert_to_f32(dense, host, dtype, (size_t)numel);
+    if (nf4_blocksize <= 0) {
+        w->format = QLT_WFORMAT_F32;
+        w->data = dense;
+        return 0;
+    }
+    free(dense);
+    return qlt_fail("NF4 quantization is not available in this build yet (use --set model.quant=none)");
+}
+
+static void cpu_weight_free(qlt_backend *be, qlt_weight *w) {
+    free(w->data);
+    memset(w, 0, sizeof *w);
+}
+
+static void cpu_zero(qlt_backend *be, void *p, size_t n) { memset(p, 0, n); }
+
+static void cpu_embed(qlt_backend *be, void *x, const int32_t *ids, const qlt_weight *emb, int64_t n) {
+    QLT_ASSERT(emb->format == QLT_WFORMAT_F32);
+    const float *table = emb->data;
+    for (int64_t t = 0; t < n; t++) {
+        QLT_ASSERT(ids[t] >= 0 && ids[t] < emb->rows);
+        memcpy((float *)x + t * emb->cols, table + (int64_t)ids[t] * emb->cols, sizeof(float) * (size_t)emb->cols);
+    }
+}
+
+static void cpu_rmsnorm_fwd(qlt_backend *be, void *y, float *rstd, const void *x, const float *w, int64_t n,
+                            int64_t d, float eps) {
+    qlt_cpu_rmsnorm_fwd(y, rstd, x, w, n, d, eps);
+}
+
+static void cpu_rmsnorm_bwd(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
+                            const float *w, int64_t n, int64_t d, float beta) {
+    qlt_cpu_rmsnorm_bwd(dx, dy, x, rstd, w, n, d, beta);
+}
+
+static void cpu_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *w, const float *bias, int64_t n) {
+    const float *wf = cpu_weight_f32(be, w);
+    qlt_cpu_gemm(0, 1, n, w->rows, w->cols, 1.0f, x, w->cols, wf, w->cols, 0.0f, y, w->rows);
+    if (bias) {
+        float *yf = y;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t o = 0; o < w->rows; o++) yf[t * w->rows + o] += bias[o];
+    }
+}
+
+static void cpu_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *w, int64_t n, float beta) {
+    const float *wf = cpu_weight_f32(be, w);
+    qlt_cpu_gemm(0, 0, n, w->cols, w->rows, 1.0f, dy, w->rows, wf, w->cols, beta, dx, w->cols);
+}
+
+static void cpu_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const float *a, const float *b,
+                         int64_t n, int64_t in, int64_t out, int r, float scale) {
+    qlt_cpu_gemm(0, 1, n, r, in, 1.0f, x, in, a, in, 0.0f, u, r);
+    qlt_cpu_gemm(0, 1, n, out, r, scale, u, r, b, r, 1.0f, y, out);
+}
+
+static void cpu_lora_bwd(qlt_backend *be, void *dx, float *da, float *db, float *scratch, const void *dy,
+                         const void *x, const float *u, const float *a, const float *b, int64_t n, int64_t in,
+                         int64_t out, int r, float scale, float dx_beta) {
+    qlt_cpu_gemm(0, 0, n, r, out, scale, dy, out, b, r, 0.0f, scratch, r);        /* du [n, r] */
+    qlt_cpu_gemm(1, 0, out, r, n, scale, dy, out, u, r, 1.0f, db, r);             /* dB += s dy^T u */
+    qlt_cpu_gemm(1, 0, r, in, n, 1.0f, scratch, r, x, in, 1.0f, da, in);          /* dA += du^T x */
+    if (dx) qlt_cpu_gemm(0, 0, n, in, r, 1.0f, scratch, r, a, in, dx_beta, dx, in); /* dx += du A */
+}
+
+static void cpu_rope(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                     int head_dim, int inverse) {
+    qlt_cpu_rope(x, pos, inv_freq, n, heads, head_dim, inverse);
+}
+
+static void cpu_attention_fwd(qlt_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
+                              const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
+                              int head_dim, float scale) {
+    qlt_cpu_attention_fwd(out, lse, q, k, v, seg_start, batch, seq, n_heads, n_kv_heads, head_dim, scale);
+}
+
+static void cpu_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
+                              const void *out, const float *lse, const void *q, const void *k, const void *v,
+                              const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
+                              int head_dim, float scale) {
+    qlt_cpu_attention_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, seg_start, batch, seq, n_heads, n_kv_heads,
+                          head_dim, scale);
+}
+
+static void cpu_swiglu_fwd(qlt_backend *be, void *h, const void *gate, const void *up, int64_t count) {
+    qlt_cpu_swiglu_fwd(h, gate, up, count);
+}
+
+static void cpu_swiglu_bwd(qlt_backend *be, void *dgate, void *dup, const void *dh, const void *gate, const void *up,
+                           int64_t count) {
+    qlt_cpu_swiglu_bwd(dgate, dup, dh, gate, up, count);
+}
+
+static void cpu_copy(qlt_backend *be, void *out, const void *x, int64_t count) {
+    memmove(out, x, sizeof(float) * (size_t)count);
+}
+
+static void cpu_add(qlt_backend *be, void *out, const void *a, const void *b, int64_t count) {
+    float *o = out;
+    const float *fa = a, *fb = b;
+    for (int64_t i = 0; i < count; i++) o[i] = fa[i] + fb[i];
+}
+
+static void cpu_dropout(qlt_backend *be, void *out, const void *x, int64_t count, float p, uint64_t seed,
+                        uint64_t offset) {
+    qlt_cpu_dropout(out, x, count, p, seed, offset);
+}
+
+#define CPU_LOSS_CHUNK 4096
+
+static void cpu_lm_head_loss(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch, const void *x,
+                             const qlt_weight *w, const int32_t *targets, int64_t n, float grad_scale) {
+    const float *wf = cpu_weight_f32(be, w);
+    double total = 0;
+    for (int64_t t0 = 0; t0 < n; t0 += CPU_LOSS_CHUNK) {
+        int64_t tn = n - t0 < CPU_LOSS_CHUNK ? n - t0 : CPU_LOSS_CHUNK;
+        total += qlt_cpu_lm_head_loss(dx ? (float *)dx + t0 * w->cols : NULL, scratch, (const float *)x + t0 * w->cols,
+                                      wf, targets + t0, tn, w->cols, w->rows, grad_scale);
+    }
+    scalars->loss_sum += (float)total;
+}
+
+static void cpu_logits(qlt_backend *be, float *out, const void *x, const qlt_weight *w, int64_t n) {
+    cpu_linear_fwd(be, out, x, w, NULL, n);
+}
+
+static void cpu_grad_norm_sq(qlt_backend *be, qlt_optim_scalars *scalars, const float *g, int64_t count) {
+    scalars->grad_norm_sq = (float)qlt_cpu_sumsq(g, count);
+}
+
+static void cpu_adamw(qlt_backend *be, float *p, const float *g, float *m, float *v, int64_t count,
+                      const qlt_optim_scalars *s) {
+    float clip = qlt_clip_scale(s->grad_norm_sq, s->max_grad_norm);
+    qlt_cpu_adamw(p, g, m, v, count, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay, s->bias_correction1,
+                  s->bias_correction2, clip);
+}
+
+qlt_backend *qlt_backend_cpu_create(int threads) {
+    if (threads > 0) omp_set_num_threads(threads);
+    qlt_backend *be = qlt_xcalloc(1, sizeof *be);
+    be->name = "cpu";
+    be->act_dtype = QLT_DTYPE_F32;
+    be->backward_a = QLT_BACKWARD_A_FP32;
+    be->impl = qlt_xcalloc(1, sizeof(cpu_impl));
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->upload = cpu_upload;
+    be->download = cpu_download;
+    be->sync = cpu_sync;
+    be->destroy = cpu_destroy;
+    be->weight_create = cpu_weight_create;
+    be->weight_free = cpu_weight_free;
+    be->zero = cpu_zero;
+    be->embed = cpu_embed;
+    be->rmsnorm_fwd = cpu_rmsnorm_fwd;
+    be->rmsnorm_bwd = cpu_rmsnorm_bwd;
+    be->linear_fwd = cpu_linear_fwd;
+    be->linear_bwd_x = cpu_linear_bwd_x;
+    be->lora_fwd = cpu_lora_fwd;
+    be->lora_bwd = cpu_lora_bwd;
+    be->rope = cpu_rope;
+    be->attention_fwd = cpu_attention_fwd;
+    be->attention_bwd = cpu_attention_bwd;
+    be->swiglu_fwd = cpu_swiglu_fwd;
+    be->swiglu_bwd = cpu_swiglu_bwd;
+    be->copy = cpu_copy;
+    be->add = cpu_add;
+    be->dropout = cpu_dropout;
+    be->lm_head_loss = cpu_lm_head_loss;
+    be->logits = cpu_logits;
+    be->grad_norm_sq = cpu_grad_norm_sq;
+    be->adamw = cpu_adamw;
+    return be;
+}

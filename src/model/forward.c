@@ -1,0 +1,77 @@
+/* forward.c: the decoder forward on the tape (see forward.h):
+ * embed -> L x (rmsnorm -> q,k,v (+bias, +LoRA) -> [q/k norm] -> rope -> attention -> o (+LoRA) -> add
+ *              -> rmsnorm -> gate, up (+LoRA) -> swiglu -> down (+LoRA) -> add) -> rmsnorm -> lm_head+CE */
+#include "model/forward.h"
+
+#include <math.h>
+
+#include "common/error.h"
+
+size_t qlt_loss_scratch_bytes(const qlt_model *m, int64_t n) {
+    int64_t rows = n < 4096 ? n : 4096;
+    /* float32 logit rows plus a double per row (the CPU reference's per-token losses) */
+    return (size_t)rows * ((size_t)m->cfg.vocab + 2) * sizeof(float);
+}
+
+static const qlt_lora_ref *lora_ref(const qlt_forward_opts *o, int layer, qlt_proj p, qlt_lora_ref *ref) {
+    const qlt_lora *l = o->lora;
+    if (!l || !l->slots[layer][p].active) return NULL;
+    const qlt_lora_slot *s = &l->slots[layer][p];
+    ref->a = l->params + s->offset_a;
+    ref->b = l->params + s->offset_a + (int64_t)l->r * s->in;
+    ref->da = l->grads + s->offset_a;
+    ref->db = l->grads + s->offset_a + (int64_t)l->r * s->in;
+    ref->r = l->r;
+    ref->scale = l->scale;
+    ref->dropout = o->train ? l->dropout : 0.0f;
+    ref->dropout_seed = o->dropout_seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(layer * QLT_PROJ_COUNT + p + 1));
+    return ref;
+}
+
+int qlt_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *b, const qlt_forward_opts *opts) {
+    const qlt_model_config *c = &m->cfg;
+    qlt_backend *be = g->be;
+    int64_t n = (int64_t)b->batch * b->seq;
+    int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    float attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    qlt_lora_ref ref;
+
+    int h = qlt_graph_value(g, NULL, n * c->hidden, 0);
+    if (!g->planning) be->embed(be, g->values[h].data, b->input_ids, &m->embed, n);
+    for (int l = 0; l < c->n_layers; l++) {
+        const qlt_layer *L = &m->layers[l];
+        int xn = qlt_ag_rmsnorm(g, h, L->attn_norm, n, c->hidden, c->rms_eps);
+        int q = qlt_ag_linear(g, xn, &L->proj[QLT_PROJ_Q], L->bias[0], lora_ref(opts, l, QLT_PROJ_Q, &ref), n);
+        int k = qlt_ag_linear(g, xn, &L->proj[QLT_PROJ_K], L->bias[1], lora_ref(opts, l, QLT_PROJ_K, &ref), n);
+        int v = qlt_ag_linear(g, xn, &L->proj[QLT_PROJ_V], L->bias[2], lora_ref(opts, l, QLT_PROJ_V, &ref), n);
+        if (c->qk_norm) {
+            q = qlt_ag_rmsnorm(g, q, L->q_norm, n * c->n_heads, c->head_dim, c->rms_eps);
+            k = qlt_ag_rmsnorm(g, k, L->k_norm, n * c->n_kv_heads, c->head_dim, c->rms_eps);
+        }
+        q = qlt_ag_rope(g, q, b->positions, m->inv_freq, n, c->n_heads, c->head_dim);
+        k = qlt_ag_rope(g, k, b->positions, m->inv_freq, n, c->n_kv_heads, c->head_dim);
+        QLT_ASSERT(g->values[q].count == n * qd && g->values[k].count == n * kvd);
+        int a = qlt_ag_attention(g, q, k, v, b->seg_start, b->batch, b->seq, c->n_heads, c->n_kv_heads, c->head_dim,
+                                 attn_scale);
+        int o = qlt_ag_linear(g, a, &L->proj[QLT_PROJ_O], NULL, lora_ref(opts, l, QLT_PROJ_O, &ref), n);
+        h = qlt_ag_add(g, h, o);
+        int xm = qlt_ag_rmsnorm(g, h, L->mlp_norm, n, c->hidden, c->rms_eps);
+        int gate = qlt_ag_linear(g, xm, &L->proj[QLT_PROJ_GATE], NULL, lora_ref(opts, l, QLT_PROJ_GATE, &ref), n);
+        int up = qlt_ag_linear(g, xm, &L->proj[QLT_PROJ_UP], NULL, lora_ref(opts, l, QLT_PROJ_UP, &ref), n);
+        int act = qlt_ag_swiglu(g, gate, up);
+        int down = qlt_ag_linear(g, act, &L->proj[QLT_PROJ_DOWN], NULL, lora_ref(opts, l, QLT_PROJ_DOWN, &ref), n);
+        h = qlt_ag_add(g, h, down);
+    }
+    int hf = qlt_ag_rmsnorm(g, h, m->final_norm, n, c->hidden, c->rms_eps);
+    if (opts->scalars) {
+        void *dx = NULL;
+        if (opts->train && g->values[hf].needs_grad) {
+            dx = qlt_graph_grad(g, hf);
+            g->values[hf].grad_ready = 1;
+        }
+        if (!g->planning)
+            be->lm_head_loss(be, opts->scalars, dx, opts->loss_scratch, g->values[hf].data, &m->lm_head, b->targets, n,
+                             opts->grad_scale);
+    }
+    return hf;
+}

@@ -1,0 +1,258 @@
+/* lora.c: LoRA adapter state, PEFT-compatible init, load and save (see lora.h). */
+#include "model/lora.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "io/config.h"
+#include "io/fileutil.h"
+#include "io/safetensors.h"
+
+static const unsigned proj_target_bit[QLT_PROJ_COUNT] = {QLT_TARGET_Q, QLT_TARGET_K, QLT_TARGET_V, QLT_TARGET_O,
+                                                         QLT_TARGET_GATE, QLT_TARGET_UP, QLT_TARGET_DOWN};
+
+void qlt_lora_tensor_name(char *buf, size_t size, int layer, qlt_proj p, char which) {
+    snprintf(buf, size, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer, qlt_proj_parent(p),
+             qlt_proj_name(p), which);
+}
+
+int qlt_lora_create(qlt_lora *lora, const qlt_model *model, int r, float alpha, unsigned targets, int rslora,
+                    float dropout) {
+    memset(lora, 0, sizeof *lora);
+    if (r < 1) return qlt_fail("lora.r must be at least 1 (got %d)", r);
+    if (!(targets & QLT_TARGET_ALL)) return qlt_fail("lora.targets is empty: name at least one of q,k,v,o,gate,up,down");
+    lora->r = r;
+    lora->alpha = alpha;
+    lora->rslora = rslora;
+    lora->scale = rslora ? alpha / sqrtf((float)r) : alpha / (float)r;
+    lora->targets = targets;
+    lora->dropout = dropout;
+    lora->n_layers = model->cfg.n_layers;
+    lora->be = model->be;
+    lora->slots = qlt_xcalloc((size_t)lora->n_layers, sizeof *lora->slots);
+    int64_t off = 0;
+    for (int l = 0; l < lora->n_layers; l++) {
+        for (int p = 0; p < QLT_PROJ_COUNT; p++) {
+            qlt_lora_slot *s = &lora->slots[l][p];
+            if (!(targets & proj_target_bit[p])) continue;
+            s->active = 1;
+            s->in = model->layers[l].proj[p].cols;
+            s->out = model->layers[l].proj[p].rows;
+            s->offset_a = off;
+            off += (int64_t)r * (s->in + s->out);
+        }
+    }
+    lora->n_params = off;
+    size_t bytes = sizeof(float) * (size_t)off;
+    qlt_backend *be = lora->be;
+    lora->params = be->alloc(be, bytes);
+    lora->grads = be->alloc(be, bytes);
+    lora->m = be->alloc(be, bytes);
+    lora->v = be->alloc(be, bytes);
+    if (!lora->params || !lora->grads || !lora->m || !lora->v) {
+        qlt_lora_free(lora);
+        return qlt_fail("out of %s memory for %lld LoRA parameters", be->name, (long long)off);
+    }
+    be->zero(be, lora->params, bytes);
+    be->zero(be, lora->grads, bytes);
+    be->zero(be, lora->m, bytes);
+    be->zero(be, lora->v, bytes);
+    return 0;
+}
+
+void qlt_lora_init_default(qlt_lora *lora, uint64_t seed) {
+    float *host = qlt_xcalloc((size_t)lora->n_params, sizeof(float));
+    qlt_rng rng;
+    qlt_rng_seed(&rng, seed);
+    for (int l = 0; l < lora->n_layers; l++) {
+        for (int p = 0; p < QLT_PROJ_COUNT; p++) {
+            const qlt_lora_slot *s = &lora->slots[l][p];
+            if (!s->active) continue;
+            float bound = 1.0f / sqrtf((float)s->in);
+            for (int64_t i = 0; i < (int64_t)lora->r * s->in; i++)
+                host[s->offset_a + i] = (2.0f * qlt_rng_uniform(&rng) - 1.0f) * bound;
+        }
+    }
+    lora->be->upload(lora->be, lora->params, host, sizeof(float) * (size_t)lora->n_params);
+    free(host);
+}
+
+/* Maps "q_proj" / "q" / ... to a target bit; 0 when unknown. */
+static unsigned target_bit_of(const char *name) {
+    for (int p = 0; p < QLT_PROJ_COUNT; p++) {
+        const char *full = qlt_proj_name(p);
+        size_t short_len = strlen(full) - 5; /* without "_proj" */
+        if (strcmp(name, full) == 0 || (strlen(name) == short_len && strncmp(name, full, short_len) == 0))
+            return proj_target_bit[p];
+    }
+    return 0;
+}
+
+int qlt_lora_read_peft_config(const char *dir, int *r, float *alpha, unsigned *targets, int *rslora, float *dropout) {
+    char *path = qlt_path_join(dir, "adapter_config.json");
+    char *text = NULL;
+    int rc = qlt_read_file(path, &text, NULL);
+    cJSON *root = rc == 0 ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (rc == 0 && !cJSON_IsObject(root)) rc = qlt_fail("%s: not a JSON object", path);
+    if (rc == 0) {
+        const cJSON *jr = cJSON_GetObjectItemCaseSensitive(root, "r");
+        const cJSON *ja = cJSON_GetObjectItemCaseSensitive(root, "lora_alpha");
+        const cJSON *jt = cJSON_GetObjectItemCaseSensitive(root, "target_modules");
+        const cJSON *jp = cJSON_GetObjectItemCaseSensitive(root, "peft_type");
+        const cJSON *js = cJSON_GetObjectItemCaseSensitive(root, "use_rslora");
+        const cJSON *jd = cJSON_GetObjectItemCaseSensitive(root, "lora_dropout");
+        const cJSON *jdora = cJSON_GetObjectItemCaseSensitive(root, "use_dora");
+        if (cJSON_IsString(jp) && strcmp(jp->valuestring, "LORA") != 0)
+            rc = qlt_fail("%s: peft_type '%s' is not supported (only LORA)", path, jp->valuestring);
+        else if (cJSON_IsTrue(jdora))
+            rc = qlt_fail("%s: use_dora = true is not supported", path);
+        else if (!cJSON_IsNumber(jr) || jr->valuedouble < 1)
+            rc = qlt_fail("%s: 'r' must be a positive integer", path);
+        else if (!cJSON_IsNumber(ja))
+            rc = qlt_fail("%s: 'lora_alpha' must be a number", path);
+        else if (!cJSON_IsArray(jt) && !cJSON_IsString(jt))
+            rc = qlt_fail("%s: 'target_modules' must be a list of module names", path);
+        if (rc == 0) {
+            *r = (int)jr->valuedouble;
+            *alpha = (float)ja->valuedouble;
+            *rslora = cJSON_IsTrue(js);
+            *dropout = cJSON_IsNumber(jd) ? (float)jd->valuedouble : 0.0f;
+            *targets = 0;
+            if (cJSON_IsString(jt)) {
+                if (strcmp(jt->valuestring, "all-linear") == 0) *targets = QLT_TARGET_ALL;
+                else rc = qlt_fail("%s: target_modules '%s' (a regex) is not supported: list module names", path, jt->valuestring);
+            } else {
+                for (const cJSON *it = jt->child; it && rc == 0; it = it->next) {
+                    unsigned bit = cJSON_IsString(it) ? target_bit_of(it->valuestring) : 0;
+                    if (!bit)
+                        rc = qlt_fail("%s: target module '%s' is not supported (supported: q_proj, k_proj, v_proj, "
+                                      "o_proj, gate_proj, up_proj, down_proj)", path,
+                                      cJSON_IsString(it) ? it->valuestring : "?");
+                    *targets |= bit;
+                }
+            }
+        }
+    }
+    cJSON_Delete(root);
+    free(path);
+    return rc;
+}
+
+int qlt_lora_load_peft(qlt_lora *lora, const char *dir) {
+    char *path = qlt_path_join(dir, "adapter_model.safetensors");
+    qlt_st_file f;
+    if (qlt_st_open(&f, path) != 0) {
+        free(path);
+        return -1;
+    }
+    float *host = qlt_xcalloc((size_t)lora->n_params, sizeof(float));
+    int rc = 0, used = 0;
+    char name[256];
+    for (int l = 0; l < lora->n_layers && rc == 0; l++) {
+        for (int p = 0; p < QLT_PROJ_COUNT && rc == 0; p++) {
+            const qlt_lora_slot *s = &lora->slots[l][p];
+            if (!s->active) continue;
+            for (int which = 0; which < 2 && rc == 0; which++) {
+                qlt_lora_tensor_name(name, sizeof name, l, p, which ? 'B' : 'A');
+                const qlt_st_tensor *t = qlt_st_find(&f, name);
+                int64_t rows = which ? s->out : lora->r, cols = which ? lora->r : s->in;
+                if (!t) {
+                    rc = qlt_fail("%s: tensor '%s' is missing", path, name);
+                } else if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols || !qlt_dtype_is_float(t->dtype)) {
+                    rc = qlt_fail("%s: tensor '%s' should be a float [%lld, %lld] matrix", path, name, (long long)rows,
+                                  (long long)cols);
+                } else {
+                    qlt_st_read_f32(t, host + s->offset_a + (which ? (int64_t)lora->r * s->in : 0));
+                    used++;
+                }
+            }
+        }
+    }
+    if (rc == 0 && used != f.n_tensors)
+        rc = qlt_fail("%s: holds %d tensors but lora.targets uses %d: set lora.targets to the adapter's "
+                      "target_modules", path, f.n_tensors, used);
+    if (rc == 0) lora->be->upload(lora->be, lora->params, host, sizeof(float) * (size_t)lora->n_params);
+    free(host);
+    qlt_st_close(&f);
+    free(path);
+    return rc;
+}
+
+int qlt_lora_save_peft(const qlt_lora *lora, const qlt_model_config *mc, const char *base_model, const char *dir) {
+    float *host = qlt_xmalloc(sizeof(float) * (size_t)lora->n_params);
+    lora->be->download(lora->be, host, lora->params, sizeof(float) * (size_t)lora->n_params);
+    qlt_st_writer w;
+    qlt_st_writer_init(&w);
+    qlt_st_writer_set_metadata(&w, "{\"format\":\"pt\"}");
+    char name[256];
+    cJSON *targets = cJSON_CreateArray();
+    for (int p = 0; p < QLT_PROJ_COUNT; p++)
+        if (lora->targets & proj_target_bit[p]) cJSON_AddItemToArray(targets, cJSON_CreateString(qlt_proj_name(p)));
+    for (int l = 0; l < lora->n_layers; l++) {
+        for (int p = 0; p < QLT_PROJ_COUNT; p++) {
+            const qlt_lora_slot *s = &lora->slots[l][p];
+            if (!s->active) continue;
+            int64_t shape_a[2] = {lora->r, s->in}, shape_b[2] = {s->out, lora->r};
+            qlt_lora_tensor_name(name, sizeof name, l, p, 'A');
+            qlt_st_writer_add(&w, name, QLT_DTYPE_F32, 2, shape_a, host + s->offset_a);
+            qlt_lora_tensor_name(name, sizeof name, l, p, 'B');
+            qlt_st_writer_add(&w, name, QLT_DTYPE_F32, 2, shape_b, host + s->offset_a + (int64_t)lora->r * s->in);
+        }
+    }
+    free(host);
+    char *st_path = qlt_path_join(dir, "adapter_model.safetensors");
+    int rc = qlt_st_writer_write(&w, st_path);
+    free(st_path);
+    qlt_st_writer_free(&w);
+
+    cJSON *root = cJSON_CreateObject();
+    cJSON *am = cJSON_AddObjectToObject(root, "auto_mapping");
+    cJSON_AddStringToObject(am, "base_model_class", mc->arch_name);
+    cJSON_AddStringToObject(am, "parent_library", "transformers");
+    if (base_model && base_model[0]) cJSON_AddStringToObject(root, "base_model_name_or_path", base_model);
+    else cJSON_AddNullToObject(root, "base_model_name_or_path");
+    cJSON_AddStringToObject(root, "bias", "none");
+    cJSON_AddBoolToObject(root, "fan_in_fan_out", 0);
+    cJSON_AddBoolToObject(root, "inference_mode", 1);
+    cJSON_AddBoolToObject(root, "init_lora_weights", 1);
+    cJSON_AddNullToObject(root, "layers_pattern");
+    cJSON_AddNullToObject(root, "layers_to_transform");
+    cJSON_AddNumberToObject(root, "lora_alpha", lora->alpha);
+    cJSON_AddNumberToObject(root, "lora_dropout", lora->dropout);
+    cJSON_AddNullToObject(root, "modules_to_save");
+    cJSON_AddStringToObject(root, "peft_type", "LORA");
+    cJSON_AddNumberToObject(root, "r", lora->r);
+    cJSON_AddItemToObject(root, "rank_pattern", cJSON_CreateObject());
+    cJSON_AddItemToObject(root, "alpha_pattern", cJSON_CreateObject());
+    cJSON_AddNullToObject(root, "revision");
+    cJSON_AddItemToObject(root, "target_modules", targets);
+    cJSON_AddStringToObject(root, "task_type", "CAUSAL_LM");
+    cJSON_AddBoolToObject(root, "use_dora", 0);
+    cJSON_AddBoolToObject(root, "use_rslora", lora->rslora);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (rc == 0) {
+        char *cfg_path = qlt_path_join(dir, "adapter_config.json");
+        rc = qlt_write_file_atomic(cfg_path, text, strlen(text));
+        free(cfg_path);
+    }
+    free(text);
+    return rc;
+}
+
+void qlt_lora_free(qlt_lora *lora) {
+    if (lora->be) {
+        lora->be->free(lora->be, lora->params);
+        lora->be->free(lora->be, lora->grads);
+        lora->be->free(lora->be, lora->m);
+        lora->be->free(lora->be, lora->v);
+    }
+    free(lora->slots);
+    memset(lora, 0, sizeof *lora);
+}

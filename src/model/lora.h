@@ -1,0 +1,49 @@
+/* lora.h: the trainable LoRA adapters with PEFT semantics: for each targeted projection of each layer,
+ * y = W x + scale * B (A x), A [r, in], B [out, r], scale = alpha / r (or alpha / sqrt(r) with rsLoRA).
+ *
+ * All trainable state lives in four contiguous float32 arenas of n_params elements on the backend
+ * (params, grads, Adam m, Adam v), so one launch computes the global gradient norm and one launch runs
+ * AdamW over everything. Layout: layer-major, projections in qlt_proj order, A then B. */
+#ifndef QLT_LORA_H
+#define QLT_LORA_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+
+typedef struct qlt_lora_slot {
+    int active;       /* this projection carries an adapter */
+    int64_t in, out;
+    int64_t offset_a; /* element offset of A in the arenas; B follows at offset_a + r*in */
+} qlt_lora_slot;
+
+typedef struct qlt_lora {
+    int r;
+    float alpha;
+    float scale;
+    int rslora;
+    unsigned targets;    /* QLT_TARGET_* bits */
+    float dropout;
+    int n_layers;
+    qlt_lora_slot (*slots)[QLT_PROJ_COUNT]; /* [n_layers][QLT_PROJ_COUNT] */
+    int64_t n_params;
+    qlt_backend *be;
+    float *params, *grads, *m, *v; /* backend memory, [n_params] each */
+} qlt_lora;
+
+/* Allocates adapters for `targets` on every layer; parameters zero (use init or load next). */
+int qlt_lora_create(qlt_lora *lora, const qlt_model *model, int r, float alpha, unsigned targets, int rslora,
+                    float dropout);
+/* PEFT default init: A ~ kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0, from seed. */
+void qlt_lora_init_default(qlt_lora *lora, uint64_t seed);
+/* Reads adapter_config.json (r, lora_alpha, target_modules, use_rslora, lora_dropout) of a PEFT dir. */
+int qlt_lora_read_peft_config(const char *dir, int *r, float *alpha, unsigned *targets, int *rslora, float *dropout);
+/* Loads A/B values from a PEFT adapter dir into an existing lora (shapes and targets must match). */
+int qlt_lora_load_peft(qlt_lora *lora, const char *dir);
+/* Writes adapter_config.json + adapter_model.safetensors (F32) into dir (which must exist). */
+int qlt_lora_save_peft(const qlt_lora *lora, const qlt_model_config *mc, const char *base_model, const char *dir);
+/* PEFT tensor name of layer l, projection p, matrix 'A' or 'B'. */
+void qlt_lora_tensor_name(char *buf, size_t size, int layer, qlt_proj p, char which);
+void qlt_lora_free(qlt_lora *lora);
+
+#endif

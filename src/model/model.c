@@ -1,0 +1,148 @@
+/* model.c: loads a Hugging Face decoder-only model onto a backend (see model.h). Every tensor is
+ * checked for presence, shape and dtype; errors name the tensor and the file. */
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "io/safetensors.h"
+
+static const char *proj_names[QLT_PROJ_COUNT] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+const char *qlt_proj_name(qlt_proj p) { return proj_names[p]; }
+const char *qlt_proj_parent(qlt_proj p) { return p <= QLT_PROJ_O ? "self_attn" : "mlp"; }
+
+static int find_tensor(const qlt_st_dir *d, const char *dir, const char *name, int ndim, const int64_t *shape,
+                       const qlt_st_tensor **out) {
+    const qlt_st_tensor *t = qlt_st_dir_find(d, name);
+    if (!t) return qlt_fail("%s: tensor '%s' is missing from the model's safetensors files", dir, name);
+    if (!qlt_dtype_is_float(t->dtype))
+        return qlt_fail("%s: tensor '%s' has dtype %s; expected F32, F16 or BF16", dir, name, qlt_dtype_name(t->dtype));
+    int ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
+    if (!ok) {
+        char want[64] = "", got[64] = "";
+        for (int i = 0; i < ndim; i++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "", (long long)shape[i]);
+        for (int i = 0; i < t->ndim; i++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        return qlt_fail("%s: tensor '%s' has shape [%s]; config.json implies [%s]", dir, name, got, want);
+    }
+    *out = t;
+    return 0;
+}
+
+/* A small float vector (norm weight, bias) uploaded as float32. */
+static int load_vector(qlt_model *m, const qlt_st_dir *d, const char *dir, const char *name, int64_t n, float **out) {
+    const qlt_st_tensor *t;
+    QLT_TRY(find_tensor(d, dir, name, 1, &n, &t));
+    float *host = qlt_xmalloc(sizeof(float) * (size_t)n);
+    qlt_st_read_f32(t, host);
+    *out = m->be->alloc(m->be, sizeof(float) * (size_t)n);
+    if (!*out) {
+        free(host);
+        return qlt_fail("out of %s memory loading '%s'", m->be->name, name);
+    }
+    m->be->upload(m->be, *out, host, sizeof(float) * (size_t)n);
+    free(host);
+    return 0;
+}
+
+static int load_matrix(qlt_model *m, const qlt_st_dir *d, const char *dir, const char *name, int64_t rows,
+                       int64_t cols, int nf4_blocksize, int double_quant, qlt_weight *w) {
+    const qlt_st_tensor *t;
+    int64_t shape[2] = {rows, cols};
+    QLT_TRY(find_tensor(d, dir, name, 2, shape, &t));
+    if (m->be->weight_create(m->be, w, t->data, t->dtype, rows, cols, nf4_blocksize, double_quant) != 0)
+        return qlt_fail_context("%s: tensor '%s'", dir, name);
+    return 0;
+}
+
+int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_model_load_opts *opts) {
+    memset(m, 0, sizeof *m);
+    m->be = be;
+    QLT_TRY(qlt_model_config_load(&m->cfg, dir));
+    const qlt_model_config *c = &m->cfg;
+    if (c->pre_quantized)
+        return qlt_fail("%s: bitsandbytes 4-bit checkpoints are loaded by the NF4 loader, which this build lacks",
+                        dir);
+    qlt_st_dir d;
+    QLT_TRY(qlt_st_dir_open(&d, dir));
+    int rc = -1;
+    int blocksize = opts && opts->nf4 ? opts->nf4_blocksize : 0;
+    int dq = opts ? opts->double_quant : 0;
+    m->quantized = blocksize > 0;
+    int64_t h = c->hidden, qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    int64_t inter = c->intermediate;
+    char name[256];
+    if (load_matrix(m, &d, dir, "model.embed_tokens.weight", c->vocab, h, 0, 0, &m->embed)) goto done;
+    if (load_vector(m, &d, dir, "model.norm.weight", h, &m->final_norm)) goto done;
+    if (c->tie_word_embeddings && !qlt_st_dir_find(&d, "lm_head.weight")) {
+        m->lm_head = m->embed;
+        m->lm_head_shared = 1;
+    } else if (load_matrix(m, &d, dir, "lm_head.weight", c->vocab, h, 0, 0, &m->lm_head)) {
+        goto done;
+    }
+    m->layers = qlt_xcalloc((size_t)c->n_layers, sizeof *m->layers);
+    const int64_t proj_shape[QLT_PROJ_COUNT][2] = {{qd, h}, {kvd, h}, {kvd, h}, {h, qd}, {inter, h}, {inter, h}, {h, inter}};
+    for (int l = 0; l < c->n_layers; l++) {
+        qlt_layer *L = &m->layers[l];
+        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+        if (load_vector(m, &d, dir, name, h, &L->attn_norm)) goto done;
+        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+        if (load_vector(m, &d, dir, name, h, &L->mlp_norm)) goto done;
+        for (int p = 0; p < QLT_PROJ_COUNT; p++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s.%s.weight", l, qlt_proj_parent(p), qlt_proj_name(p));
+            if (load_matrix(m, &d, dir, name, proj_shape[p][0], proj_shape[p][1], blocksize, dq, &L->proj[p])) goto done;
+        }
+        if (c->attention_bias) {
+            for (int p = 0; p < 3; p++) {
+                snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.bias", l, qlt_proj_name(p));
+                if (load_vector(m, &d, dir, name, proj_shape[p][0], &L->bias[p])) goto done;
+            }
+        }
+        if (c->qk_norm) {
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", l);
+            if (load_vector(m, &d, dir, name, c->head_dim, &L->q_norm)) goto done;
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.k_norm.weight", l);
+            if (load_vector(m, &d, dir, name, c->head_dim, &L->k_norm)) goto done;
+        }
+    }
+    float *inv = qlt_xmalloc(sizeof(float) * (size_t)(c->head_dim / 2));
+    qlt_model_rope_inv_freq(c, inv);
+    m->inv_freq = be->alloc(be, sizeof(float) * (size_t)(c->head_dim / 2));
+    if (m->inv_freq) be->upload(be, m->inv_freq, inv, sizeof(float) * (size_t)(c->head_dim / 2));
+    free(inv);
+    if (!m->inv_freq) {
+        qlt_fail("out of %s memory", be->name);
+        goto done;
+    }
+    rc = 0;
+done:
+    qlt_st_dir_close(&d);
+    if (rc != 0) qlt_model_free(m);
+    return rc;
+}
+
+void qlt_model_free(qlt_model *m) {
+    qlt_backend *be = m->be;
+    if (!be) return;
+    if (m->layers) {
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            qlt_layer *L = &m->layers[l];
+            be->free(be, L->attn_norm);
+            be->free(be, L->mlp_norm);
+            for (int p = 0; p < QLT_PROJ_COUNT; p++)
+                if (L->proj[p].data || L->proj[p].nf4.codes) be->weight_free(be, &L->proj[p]);
+            for (int p = 0; p < 3; p++) be->free(be, L->bias[p]);
+            be->free(be, L->q_norm);
+            be->free(be, L->k_norm);
+        }
+        free(m->layers);
+    }
+    if (m->embed.data) be->weight_free(be, &m->embed);
+    if (!m->lm_head_shared && m->lm_head.data) be->weight_free(be, &m->lm_head);
+    be->free(be, m->final_norm);
+    be->free(be, m->inv_freq);
+    memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,56 @@
+/* model.h: the frozen base model on a backend: embeddings, per-layer norms and projections (dense or
+ * NF4), final norm and lm_head (tied to the embeddings or not). Loading streams tensor by tensor from
+ * the safetensors files (mmapped), so host memory holds one tensor at a time beyond the mapping. */
+#ifndef QLT_MODEL_H
+#define QLT_MODEL_H
+
+#include "common/backend.h"
+#include "model/model_config.h"
+
+/* Projection slots, in PEFT target order. */
+typedef enum qlt_proj {
+    QLT_PROJ_Q = 0,
+    QLT_PROJ_K,
+    QLT_PROJ_V,
+    QLT_PROJ_O,
+    QLT_PROJ_GATE,
+    QLT_PROJ_UP,
+    QLT_PROJ_DOWN,
+    QLT_PROJ_COUNT
+} qlt_proj;
+
+/* "q_proj", "self_attn" etc. for tensor names. */
+const char *qlt_proj_name(qlt_proj p);   /* "q_proj" */
+const char *qlt_proj_parent(qlt_proj p); /* "self_attn" or "mlp" */
+
+typedef struct qlt_layer {
+    float *attn_norm;            /* [hidden] input_layernorm */
+    float *mlp_norm;             /* [hidden] post_attention_layernorm */
+    qlt_weight proj[QLT_PROJ_COUNT]; /* q [nh*hd, H], k/v [nkv*hd, H], o [H, nh*hd], gate/up [I, H], down [H, I] */
+    float *bias[3];              /* q/k/v bias [out] or NULL */
+    float *q_norm, *k_norm;      /* [head_dim] (Qwen3) or NULL */
+} qlt_layer;
+
+typedef struct qlt_model {
+    qlt_model_config cfg;
+    qlt_backend *be;
+    qlt_weight embed;    /* [vocab, hidden], dense */
+    qlt_weight lm_head;  /* [vocab, hidden]; shares embed's data when tied */
+    int lm_head_shared;
+    float *final_norm;   /* [hidden] */
+    float *inv_freq;     /* [head_dim / 2] RoPE frequencies */
+    qlt_layer *layers;   /* [n_layers] */
+    int quantized;       /* linear layers are NF4 */
+} qlt_model;
+
+typedef struct qlt_model_load_opts {
+    int nf4;            /* quantize linear layers to NF4 */
+    int nf4_blocksize;  /* 64 */
+    int double_quant;   /* 1 */
+} qlt_model_load_opts;
+
+/* Loads dir (config.json + safetensors) onto be. */
+int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_model_load_opts *opts);
+void qlt_model_free(qlt_model *m);
+
+#endif

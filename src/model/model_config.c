@@ -1,0 +1,223 @@
+/* model_config.c: config.json -> qlt_model_config (see model_config.h). */
+#include "model/model_config.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "io/fileutil.h"
+
+static const struct {
+    const char *name;
+    qlt_arch arch;
+} known_archs[] = {
+    {"LlamaForCausalLM", QLT_ARCH_LLAMA},
+    {"Qwen2ForCausalLM", QLT_ARCH_QWEN2},
+    {"Qwen3ForCausalLM", QLT_ARCH_QWEN3},
+    {"MistralForCausalLM", QLT_ARCH_MISTRAL},
+};
+
+static int get_int(const cJSON *root, const char *key, int required, int def, int *out, const char *path) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) {
+        if (required) return qlt_fail("%s: missing key '%s'", path, key);
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
+        it->valuedouble > 1e9)
+        return qlt_fail("%s: '%s' must be a non-negative integer", path, key);
+    *out = (int)it->valuedouble;
+    return 0;
+}
+
+static int get_double(const cJSON *root, const char *key, double def, double *out, const char *path) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) {
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(it)) return qlt_fail("%s: '%s' must be a number", path, key);
+    *out = it->valuedouble;
+    return 0;
+}
+
+static int get_bool(const cJSON *root, const char *key, int def, int *out, const char *path) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) {
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsBool(it)) return qlt_fail("%s: '%s' must be true or false", path, key);
+    *out = cJSON_IsTrue(it);
+    return 0;
+}
+
+static int64_t get_token_id(const cJSON *root, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (cJSON_IsArray(it)) it = cJSON_GetArrayItem(it, 0); /* Llama-3.1 lists several eos ids */
+    return cJSON_IsNumber(it) ? (int64_t)it->valuedouble : -1;
+}
+
+static int parse_rope(qlt_model_config *mc, const cJSON *root, const char *path) {
+    /* transformers 5 nests everything under rope_parameters; older files use rope_theta + rope_scaling. */
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (params && !cJSON_IsObject(params)) return qlt_fail("%s: 'rope_parameters' must be an object", path);
+    if (scaling && !cJSON_IsNull(scaling) && !cJSON_IsObject(scaling))
+        return qlt_fail("%s: 'rope_scaling' must be an object or null", path);
+    QLT_TRY(get_double(root, "rope_theta", 10000.0, &mc->rope_theta, path));
+    if (params) QLT_TRY(get_double(params, "rope_theta", mc->rope_theta, &mc->rope_theta, path));
+    const cJSON *s = params ? params : (cJSON_IsObject(scaling) ? scaling : NULL);
+    mc->rope_type = QLT_ROPE_DEFAULT;
+    if (!s) return 0;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "rope_type");
+    if (!type) type = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if (!type || cJSON_IsNull(type) || (cJSON_IsString(type) && strcmp(type->valuestring, "default") == 0)) return 0;
+    if (!cJSON_IsString(type)) return qlt_fail("%s: rope_type must be a string", path);
+    if (strcmp(type->valuestring, "llama3") != 0)
+        return qlt_fail("%s: rope_type '%s' is not supported (supported: default, llama3)", path, type->valuestring);
+    mc->rope_type = QLT_ROPE_LLAMA3;
+    QLT_TRY(get_double(s, "factor", 8.0, &mc->rope_factor, path));
+    QLT_TRY(get_double(s, "low_freq_factor", 1.0, &mc->rope_low_freq_factor, path));
+    QLT_TRY(get_double(s, "high_freq_factor", 4.0, &mc->rope_high_freq_factor, path));
+    QLT_TRY(get_int(s, "original_max_position_embeddings", 0, 8192, &mc->rope_original_max_pos, path));
+    if (mc->rope_factor <= 0 || mc->rope_high_freq_factor <= mc->rope_low_freq_factor)
+        return qlt_fail("%s: llama3 rope scaling needs factor > 0 and high_freq_factor > low_freq_factor", path);
+    return 0;
+}
+
+int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const char *path) {
+    memset(mc, 0, sizeof *mc);
+    cJSON *root = cJSON_Parse(json_text);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return qlt_fail("%s: not a JSON object (is this a Hugging Face config.json?)", path);
+    }
+    int rc = -1;
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
+    if (!cJSON_IsString(a0)) {
+        qlt_fail("%s: missing 'architectures' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                 "MistralForCausalLM)", path);
+        goto done;
+    }
+    int found = 0;
+    for (size_t i = 0; i < sizeof known_archs / sizeof known_archs[0]; i++) {
+        if (strcmp(a0->valuestring, known_archs[i].name) == 0) {
+            mc->arch = known_archs[i].arch;
+            found = 1;
+        }
+    }
+    if (!found) {
+        qlt_fail("%s: architecture '%s' is not supported (supported: LlamaForCausalLM, Qwen2ForCausalLM, "
+                 "Qwen3ForCausalLM, MistralForCausalLM)", path, a0->valuestring);
+        goto done;
+    }
+    snprintf(mc->arch_name, sizeof mc->arch_name, "%s", a0->valuestring);
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0) {
+        qlt_fail("%s: hidden_act '%s' is not supported (only silu)", path, act->valuestring);
+        goto done;
+    }
+    if (get_int(root, "hidden_size", 1, 0, &mc->hidden, path) || get_int(root, "num_hidden_layers", 1, 0, &mc->n_layers, path) ||
+        get_int(root, "num_attention_heads", 1, 0, &mc->n_heads, path) ||
+        get_int(root, "intermediate_size", 1, 0, &mc->intermediate, path) ||
+        get_int(root, "vocab_size", 1, 0, &mc->vocab, path) ||
+        get_int(root, "num_key_value_heads", 0, mc->n_heads, &mc->n_kv_heads, path))
+        goto done;
+    if (mc->hidden <= 0 || mc->n_layers <= 0 || mc->n_heads <= 0 || mc->n_kv_heads <= 0 || mc->intermediate <= 0 ||
+        mc->vocab <= 0) {
+        qlt_fail("%s: hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size "
+                 "and vocab_size must be positive", path);
+        goto done;
+    }
+    if (get_int(root, "head_dim", 0, mc->hidden / mc->n_heads, &mc->head_dim, path)) goto done;
+    if (mc->head_dim <= 0 || mc->head_dim % 2) {
+        qlt_fail("%s: head_dim must be a positive even number (got %d)", path, mc->head_dim);
+        goto done;
+    }
+    if (mc->n_heads % mc->n_kv_heads) {
+        qlt_fail("%s: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)", path, mc->n_heads,
+                 mc->n_kv_heads);
+        goto done;
+    }
+    double eps;
+    if (get_double(root, "rms_norm_eps", 1e-6, &eps, path)) goto done;
+    mc->rms_eps = (float)eps;
+    if (parse_rope(mc, root, path)) goto done;
+    if (get_bool(root, "tie_word_embeddings", 0, &mc->tie_word_embeddings, path)) goto done;
+    if (get_bool(root, "attention_bias", mc->arch == QLT_ARCH_QWEN2, &mc->attention_bias, path)) goto done;
+    if (mc->arch == QLT_ARCH_QWEN2) mc->attention_bias = 1; /* Qwen2 always has q/k/v bias */
+    mc->qk_norm = mc->arch == QLT_ARCH_QWEN3;
+    int mlp_bias = 0;
+    if (get_bool(root, "mlp_bias", 0, &mlp_bias, path)) goto done;
+    if (mlp_bias) {
+        qlt_fail("%s: mlp_bias = true is not supported", path);
+        goto done;
+    }
+    mc->bos_token_id = get_token_id(root, "bos_token_id");
+    mc->eos_token_id = get_token_id(root, "eos_token_id");
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    if (cJSON_IsObject(q)) {
+        const cJSON *method = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
+        const cJSON *l4 = cJSON_GetObjectItemCaseSensitive(q, "load_in_4bit");
+        if (!cJSON_IsString(method) || strcmp(method->valuestring, "bitsandbytes") != 0 || !cJSON_IsTrue(l4)) {
+            qlt_fail("%s: quantization_config is not bitsandbytes 4-bit (only bitsandbytes nf4 checkpoints load)", path);
+            goto done;
+        }
+        mc->pre_quantized = 1;
+    }
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int qlt_model_config_load(qlt_model_config *mc, const char *dir) {
+    char *path = qlt_path_join(dir, "config.json");
+    char *text = NULL;
+    int rc = qlt_read_file(path, &text, NULL);
+    if (rc == 0) rc = qlt_model_config_parse(mc, text, path);
+    free(text);
+    free(path);
+    return rc;
+}
+
+void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq) {
+    int half = mc->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        /* transformers: 1 / theta ** (arange(0, dim, 2).float() / dim), computed in float32 */
+        float expo = (float)(2 * i) / (float)mc->head_dim;
+        double f = 1.0 / pow(mc->rope_theta, (double)expo);
+        if (mc->rope_type == QLT_ROPE_LLAMA3) {
+            double low_wavelen = mc->rope_original_max_pos / mc->rope_low_freq_factor;
+            double high_wavelen = mc->rope_original_max_pos / mc->rope_high_freq_factor;
+            double wavelen = 2 * M_PI / f;
+            if (wavelen > low_wavelen) {
+                f = f / mc->rope_factor;
+            } else if (wavelen >= high_wavelen) {
+                double smooth = (mc->rope_original_max_pos / wavelen - mc->rope_low_freq_factor) /
+                                (mc->rope_high_freq_factor - mc->rope_low_freq_factor);
+                f = (1 - smooth) * f / mc->rope_factor + smooth * f;
+            }
+        }
+        inv_freq[i] = (float)f;
+    }
+}
+
+int64_t qlt_model_linear_params(const qlt_model_config *mc) {
+    int64_t h = mc->hidden, q = (int64_t)mc->n_heads * mc->head_dim, kv = (int64_t)mc->n_kv_heads * mc->head_dim;
+    int64_t per_layer = h * q + 2 * h * kv + q * h + 3 * h * (int64_t)mc->intermediate;
+    return per_layer * mc->n_layers;
+}
+
+int64_t qlt_model_total_params(const qlt_model_config *mc) {
+    int64_t h = mc->hidden, q = (int64_t)mc->n_heads * mc->head_dim, kv = (int64_t)mc->n_kv_heads * mc->head_dim;
+    int64_t per_layer = 2 * h + (mc->attention_bias ? q + 2 * kv : 0) + (mc->qk_norm ? 2 * mc->head_dim : 0);
+    int64_t emb = (int64_t)mc->vocab * h;
+    return qlt_model_linear_params(mc) + per_layer * mc->n_layers + h + emb * (mc->tie_word_embeddings ? 1 : 2);
+}

@@ -1,0 +1,54 @@
+/* model_config.h: the architecture of a Hugging Face decoder-only model, read from its config.json.
+ * Supported: LlamaForCausalLM, Qwen2ForCausalLM (q/k/v bias), Qwen3ForCausalLM (q/k RMSNorm per head),
+ * MistralForCausalLM. RoPE: default and llama3 scaling; rope_theta either top level or under
+ * rope_parameters (transformers 5). */
+#ifndef QLT_MODEL_CONFIG_H
+#define QLT_MODEL_CONFIG_H
+
+#include <stdint.h>
+
+typedef enum qlt_arch {
+    QLT_ARCH_LLAMA = 0,
+    QLT_ARCH_QWEN2,
+    QLT_ARCH_QWEN3,
+    QLT_ARCH_MISTRAL,
+} qlt_arch;
+
+typedef enum qlt_rope_type {
+    QLT_ROPE_DEFAULT = 0,
+    QLT_ROPE_LLAMA3,
+} qlt_rope_type;
+
+typedef struct qlt_model_config {
+    qlt_arch arch;
+    char arch_name[64];
+    int hidden;        /* hidden_size */
+    int n_layers;      /* num_hidden_layers */
+    int n_heads;       /* num_attention_heads */
+    int n_kv_heads;    /* num_key_value_heads */
+    int head_dim;      /* head_dim, or hidden / n_heads */
+    int intermediate;  /* intermediate_size */
+    int vocab;         /* vocab_size */
+    float rms_eps;     /* rms_norm_eps */
+    double rope_theta;
+    qlt_rope_type rope_type;
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
+    int tie_word_embeddings;
+    int attention_bias; /* q/k/v have bias (Qwen2; Llama attention_bias) */
+    int qk_norm;        /* Qwen3 */
+    int64_t bos_token_id, eos_token_id; /* -1 when absent */
+    int pre_quantized;  /* quantization_config says bitsandbytes 4-bit */
+} qlt_model_config;
+
+/* Reads <dir>/config.json. Errors name the file and key. */
+int qlt_model_config_load(qlt_model_config *mc, const char *dir);
+/* Parses config.json text (path used in messages). */
+int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const char *path);
+/* inv_freq[i], i < head_dim/2, with the config's RoPE scaling applied (as transformers computes it). */
+void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq);
+/* Parameter counts. */
+int64_t qlt_model_linear_params(const qlt_model_config *mc);  /* q,k,v,o,gate,up,down over all layers */
+int64_t qlt_model_total_params(const qlt_model_config *mc);
+
+#endif

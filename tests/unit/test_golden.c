@@ -1,0 +1,206 @@
+/* test_golden.c: the CPU reference against Hugging Face transformers + PEFT (float64 goldens) on the
+ * three tiny fixtures: logits and loss without and with the initial adapter (F32 and BF16 weights),
+ * and every LoRA gradient after one backward. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <math.h>
+#include <stdio.h>
+#include "common/error.h"
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/graph.h"
+#include "common/backend.h"
+#include "model/forward.h"
+#include "model/lora.h"
+#include "test_util.h"
+#include "train/batch.h"
+
+typedef struct golden_case {
+    char model[32];
+    char weights[32];
+    double tol; /* max |err| / max |ref| */
+} golden_case;
+
+typedef struct golden_run {
+    qlt_backend *be;
+    qlt_model model;
+    qlt_lora lora;
+    int has_lora;
+    qlt_st_file golden;
+    qlt_batch_buffers bb;
+    qlt_graph g;
+    qlt_optim_scalars *scalars;
+    void *scratch;
+    int64_t count;
+    int batch, seq;
+} golden_run;
+
+/* Loads model (+ adapter-init when with_lora) and the golden batch. weights = model file name. */
+static void golden_setup(golden_run *r, const char *name, const char *weights, int with_lora) {
+    memset(r, 0, sizeof *r);
+    r->be = qlt_backend_cpu_create(0);
+    char *dir = test_fixture_path(name, NULL);
+    /* model.bf16.safetensors lives beside model.safetensors: load via a temp dir holding a link */
+    char *load_dir = dir;
+    char *tmp = NULL;
+    if (strcmp(weights, "model.safetensors") != 0) {
+        tmp = test_tmpdir();
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "cp %s/config.json %s/ && ln -s %s/%s %s/model.safetensors", dir, tmp, dir, weights, tmp);
+        cr_assert_eq(system(cmd), 0);
+        load_dir = tmp;
+    }
+    qlt_model_load_opts opts = {0};
+    cr_assert_eq(qlt_model_load(&r->model, r->be, load_dir, &opts), 0, "%s", qlt_error());
+    char *gpath = test_fixture_path(name, "golden.safetensors");
+    cr_assert_eq(qlt_st_open(&r->golden, gpath), 0, "%s", qlt_error());
+    int64_t n;
+    int32_t *ids = test_read_i32(&r->golden, "input_ids", &n);
+    int32_t *labels = test_read_i32(&r->golden, "labels", NULL);
+    const qlt_st_tensor *t = qlt_st_find(&r->golden, "input_ids");
+    r->batch = (int)t->shape[0];
+    r->seq = (int)t->shape[1];
+    cr_assert_eq(qlt_batch_buffers_init(&r->bb, r->be, r->batch, r->seq), 0);
+    r->count = qlt_batch_upload(&r->bb, r->be, ids, labels, NULL);
+    free(ids);
+    free(labels);
+    if (with_lora) {
+        char *adir = test_fixture_path(name, "adapter-init");
+        int rr, rs;
+        float alpha, dropout;
+        unsigned targets;
+        cr_assert_eq(qlt_lora_read_peft_config(adir, &rr, &alpha, &targets, &rs, &dropout), 0, "%s", qlt_error());
+        cr_assert_eq(qlt_lora_create(&r->lora, &r->model, rr, alpha, targets, rs, dropout), 0, "%s", qlt_error());
+        cr_assert_eq(qlt_lora_load_peft(&r->lora, adir), 0, "%s", qlt_error());
+        r->has_lora = 1;
+        free(adir);
+    }
+    r->scalars = r->be->alloc(r->be, sizeof *r->scalars);
+    memset(r->scalars, 0, sizeof *r->scalars);
+    r->scratch = r->be->alloc(r->be, qlt_loss_scratch_bytes(&r->model, (int64_t)r->batch * r->seq));
+    qlt_graph_init(&r->g, r->be);
+    free(gpath);
+    if (tmp) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+        system(cmd);
+        free(tmp);
+    }
+    free(dir);
+}
+
+/* Plans and runs one forward (and backward when train). Returns the final hidden value index. */
+static int golden_forward(golden_run *r, int train) {
+    qlt_forward_opts o = {.lora = r->has_lora ? &r->lora : NULL, .train = train, .grad_scale = 1.0f / (float)r->count,
+                          .scalars = r->scalars, .loss_scratch = r->scratch};
+    for (int pass = 0; pass < 2; pass++) {
+        qlt_graph_begin(&r->g, pass == 0);
+        int hf = qlt_forward(&r->g, &r->model, &r->bb.dev, &o);
+        if (train) qlt_graph_backward(&r->g);
+        if (pass == 0) {
+            cr_assert_eq(qlt_graph_commit_plan(&r->g), 0);
+            r->scalars->loss_sum = 0;
+        } else {
+            return hf;
+        }
+    }
+    return -1;
+}
+
+static void golden_teardown(golden_run *r) {
+    qlt_graph_free(&r->g);
+    r->be->free(r->be, r->scalars);
+    r->be->free(r->be, r->scratch);
+    qlt_batch_buffers_free(&r->bb, r->be);
+    if (r->has_lora) qlt_lora_free(&r->lora);
+    qlt_model_free(&r->model);
+    qlt_st_close(&r->golden);
+    r->be->destroy(r->be);
+}
+
+static void check_logits(golden_run *r, int hf, const char *golden_name, double tol) {
+    int64_t n = (int64_t)r->batch * r->seq, numel;
+    float *ref = test_read_f32(&r->golden, golden_name, &numel);
+    cr_assert_eq(numel, n * r->model.cfg.vocab);
+    float *logits = malloc(sizeof(float) * (size_t)numel);
+    r->be->logits(r->be, logits, r->g.values[hf].data, &r->model.lm_head, n);
+    double err = test_rel_err(logits, ref, numel); if (getenv("QLT_TEST_VERBOSE")) fprintf(stderr, "%s %s err %.3g\n", r->model.cfg.arch_name, golden_name, err);
+    cr_expect(err <= tol, "%s: max rel err %.3g > %.1g", golden_name, err, tol);
+    free(logits);
+    free(ref);
+}
+
+static void check_loss(golden_run *r, const char *golden_name, int index, double tol) {
+    float *ref = test_read_f32(&r->golden, golden_name, NULL);
+    double loss = r->scalars->loss_sum / (double)r->count;
+    double err = fabs(loss - ref[index]) / fabs(ref[index]);
+    cr_expect(err <= tol, "%s[%d]: loss %.8f vs golden %.8f (rel %.3g > %.1g)", golden_name, index, loss, ref[index],
+              err, tol);
+    free(ref);
+}
+
+ParameterizedTestParameters(golden, forward) {
+    static golden_case cases[] = {
+        {"tiny-qwen2", "model.safetensors", 1e-5},      {"tiny-llama", "model.safetensors", 1e-5},
+        {"tiny-qwen3", "model.safetensors", 1e-5},      {"tiny-qwen2", "model.bf16.safetensors", 2e-2},
+        {"tiny-llama", "model.bf16.safetensors", 2e-2}, {"tiny-qwen3", "model.bf16.safetensors", 2e-2},
+    };
+    return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* bf16 weights: the goldens come from the F32 weights, so the tolerance is that of rounding every weight
+ * to bf16 (relative 2^-9 per weight, a few 1e-3 on logits). */
+ParameterizedTest(golden_case *c, golden, forward) {
+    golden_run r;
+    golden_setup(&r, c->model, c->weights, 0);
+    int hf = golden_forward(&r, 0);
+    check_logits(&r, hf, "base_logits", c->tol);
+    check_loss(&r, "base_loss", 0, c->tol);
+    golden_teardown(&r);
+
+    golden_setup(&r, c->model, c->weights, 1);
+    hf = golden_forward(&r, 0);
+    check_logits(&r, hf, "lora_logits", c->tol);
+    check_loss(&r, "losses", 0, c->tol);
+    golden_teardown(&r);
+}
+
+ParameterizedTestParameters(golden, gradients) {
+    static golden_case cases[] = {
+        {"tiny-qwen2", "model.safetensors", 1e-4},
+        {"tiny-llama", "model.safetensors", 1e-4},
+        {"tiny-qwen3", "model.safetensors", 1e-4},
+    };
+    return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Every grad.* tensor: max |err| <= 1e-4 * max |golden| of that tensor. */
+ParameterizedTest(golden_case *c, golden, gradients) {
+    golden_run r;
+    golden_setup(&r, c->model, c->weights, 1);
+    golden_forward(&r, 1);
+    check_loss(&r, "losses", 0, 1e-5);
+    char name[256], gname[300];
+    int checked = 0;
+    for (int l = 0; l < r.lora.n_layers; l++) {
+        for (int p = 0; p < QLT_PROJ_COUNT; p++) {
+            const qlt_lora_slot *s = &r.lora.slots[l][p];
+            cr_assert(s->active);
+            for (int which = 0; which < 2; which++) {
+                qlt_lora_tensor_name(name, sizeof name, l, p, which ? 'B' : 'A');
+                snprintf(gname, sizeof gname, "grad.%s", name);
+                int64_t numel;
+                float *ref = test_read_f32(&r.golden, gname, &numel);
+                const float *got = r.lora.grads + s->offset_a + (which ? (int64_t)r.lora.r * s->in : 0);
+                cr_assert_eq(numel, which ? s->out * r.lora.r : r.lora.r * s->in);
+                double err = test_rel_err(got, ref, numel); if (getenv("QLT_TEST_VERBOSE")) fprintf(stderr, "%s err %.3g\n", gname, err);
+                cr_expect(err <= c->tol, "%s: max rel err %.3g", gname, err);
+                free(ref);
+                checked++;
+            }
+        }
+    }
+    cr_assert_eq(checked, r.lora.n_layers * 14);
+    golden_teardown(&r);
+}
