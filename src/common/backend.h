@@ -115,7 +115,7 @@ struct qlt_backend {
     /* Fused lm_head + cross-entropy over N tokens: logits = x . W^T (W [V, D]); for targets[t] != -100,
      * scalars->loss_sum += -log softmax(logits)[target]; when dx != NULL, dx [N, D] = grad_scale *
      * d(sum of losses)/dx (0 rows for ignored tokens). Never holds [N, V] in float32 at once on CUDA;
-     * scratch holds chunk logits: at least min(N, 4096) * V act elements. */
+     * scratch: qlt_loss_scratch_bytes(model, N) bytes (chunk logits and per-token losses). */
     void (*lm_head_loss)(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch,
                          const void *x, const qlt_weight *w, const int32_t *targets, int64_t n,
                          float grad_scale);
