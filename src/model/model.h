@@ -51,6 +51,9 @@ typedef struct qlt_model_load_opts {
 
 /* Loads dir (config.json + safetensors) onto be. */
 int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_model_load_opts *opts);
+/* A model of the given architecture with random weights (N(0, 0.02), norms 1), no files needed. */
+int qlt_model_init_random(qlt_model *m, qlt_backend *be, const qlt_model_config *cfg, uint64_t seed,
+                          const qlt_model_load_opts *opts);
 void qlt_model_free(qlt_model *m);
 
 #endif

@@ -1,0 +1,39 @@
+/* cli_config.c: see cli_config.h. */
+#include "cli/cli_config.h"
+
+#include <string.h>
+
+#include "common/error.h"
+
+int qlt_cli_load_config(int argc, char **argv, int allow_resume, qlt_cli_args *args, qlt_config *cfg) {
+    memset(args, 0, sizeof *args);
+    qlt_config_defaults(cfg);
+    /* the file first, then every --set in order, whatever their position on the command line */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            args->help = 1;
+            return 0;
+        }
+        if (strcmp(a, "--config") == 0 || strcmp(a, "--set") == 0 || strcmp(a, "--resume") == 0) {
+            if (i + 1 >= argc) return qlt_fail("%s needs a value", a);
+            if (strcmp(a, "--config") == 0) {
+                if (args->config_path) return qlt_fail("--config given twice");
+                args->config_path = argv[i + 1];
+            } else if (strcmp(a, "--resume") == 0) {
+                if (!allow_resume) return qlt_fail("--resume only applies to `qlora-train train`");
+                args->resume = argv[i + 1];
+            }
+            i++;
+            continue;
+        }
+        return qlt_fail("unknown option '%s' (options: --config FILE, --set section.key=value%s)", a,
+                        allow_resume ? ", --resume auto|DIR" : "");
+    }
+    if (args->config_path) QLT_TRY(qlt_config_load_file(cfg, args->config_path));
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--set") == 0) QLT_TRY(qlt_config_set(cfg, argv[i + 1]));
+        if (strcmp(argv[i], "--set") == 0 || strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--resume") == 0) i++;
+    }
+    return qlt_config_validate(cfg);
+}

@@ -1,0 +1,18 @@
+/* cli_config.h: the options every configured command shares: --config FILE, --set section.key=value
+ * (repeatable), parsed into a validated qlt_config. */
+#ifndef QLT_CLI_CONFIG_H
+#define QLT_CLI_CONFIG_H
+
+#include "io/config.h"
+
+typedef struct qlt_cli_args {
+    const char *config_path; /* NULL: defaults only */
+    const char *resume;      /* --resume auto|DIR (train) */
+    int help;
+} qlt_cli_args;
+
+/* Parses argv (argv[0] = command). Fills cfg (defaults, file, --set in order) and validates it.
+ * allow_resume: accept --resume. Returns 0, or -1 with qlt_fail (unknown option, bad value, ...). */
+int qlt_cli_load_config(int argc, char **argv, int allow_resume, qlt_cli_args *args, qlt_config *cfg);
+
+#endif

@@ -1,0 +1,45 @@
+/* cmd_train.c: `qlora-train train --config FILE [--set k=v ...] [--resume auto|DIR]`. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/cli_config.h"
+#include "cli/commands.h"
+#include "common/error.h"
+#include "io/fileutil.h"
+#include "train/trainer.h"
+
+static void usage(void) {
+    printf("usage: qlora-train train --config FILE [--set section.key=value ...] [--resume auto|DIR]\n\n"
+           "Fine-tunes LoRA adapters on the model of model.path with the data of data.train.\n"
+           "Writes output.dir/metrics.jsonl, output.dir/checkpoint-<step>/ every output.save_every steps,\n"
+           "and the final adapter (PEFT format) in output.dir/final/.\n"
+           "--resume auto continues from the newest complete checkpoint in output.dir.\n"
+           "Every configuration key: docs/CONFIG.md.\n");
+}
+
+int qlt_cmd_train(int argc, char **argv) {
+    qlt_cli_args args;
+    qlt_config cfg;
+    if (qlt_cli_load_config(argc, argv, 1, &args, &cfg) != 0) {
+        qlt_config_free(&cfg);
+        return qlt_cli_report_error();
+    }
+    if (args.help) {
+        usage();
+        qlt_config_free(&cfg);
+        return 0;
+    }
+    qlt_trainer t;
+    int rc = qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN);
+    if (rc == 0) {
+        char *cfg_path = qlt_path_join(cfg.output.dir, "run_config.json");
+        rc = qlt_mkdirs(cfg.output.dir);
+        if (rc == 0) rc = qlt_config_write_json(&cfg, cfg_path);
+        free(cfg_path);
+    }
+    if (rc == 0) rc = qlt_trainer_run(&t, args.resume);
+    if (rc != 0) qlt_cli_report_error();
+    qlt_trainer_free(&t);
+    qlt_config_free(&cfg);
+    return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,92 @@
+/* model_random.c: a model with random weights built directly on the backend from a config (no weight
+ * files): the built-in demo model and `qlora-train bench` use it. Linear and embedding weights are
+ * N(0, 0.02) as transformers initializes them, norms are 1, biases 0; generated one tensor at a time
+ * (host memory holds one tensor) and quantized to NF4 on the way when asked. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "model/model.h"
+
+static void fill_normal(float *x, int64_t n, float std, qlt_rng *rng) {
+    for (int64_t i = 0; i < n; i += 2) {
+        float u1 = qlt_rng_uniform(rng), u2 = qlt_rng_uniform(rng);
+        if (u1 < 1e-12f) u1 = 1e-12f;
+        float r = sqrtf(-2.0f * logf(u1)) * std;
+        x[i] = r * cosf(6.28318530718f * u2);
+        if (i + 1 < n) x[i + 1] = r * sinf(6.28318530718f * u2);
+    }
+}
+
+static int random_matrix(qlt_model *m, qlt_weight *w, int64_t rows, int64_t cols, int blocksize, int dq, qlt_rng *rng,
+                         float *host) {
+    fill_normal(host, rows * cols, 0.02f, rng);
+    return m->be->weight_create(m->be, w, host, QLT_DTYPE_F32, rows, cols, blocksize, dq);
+}
+
+static float *const_vector(qlt_model *m, int64_t n, float value) {
+    float *host = qlt_xmalloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) host[i] = value;
+    float *dev = m->be->alloc(m->be, sizeof(float) * (size_t)n);
+    if (dev) m->be->upload(m->be, dev, host, sizeof(float) * (size_t)n);
+    free(host);
+    return dev;
+}
+
+int qlt_model_init_random(qlt_model *m, qlt_backend *be, const qlt_model_config *cfg, uint64_t seed,
+                          const qlt_model_load_opts *opts) {
+    memset(m, 0, sizeof *m);
+    m->be = be;
+    m->cfg = *cfg;
+    const qlt_model_config *c = &m->cfg;
+    int blocksize = opts && opts->nf4 ? opts->nf4_blocksize : 0;
+    int dq = opts ? opts->double_quant : 0;
+    m->quantized = blocksize > 0;
+    int64_t h = c->hidden, qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    int64_t inter = c->intermediate;
+    int64_t biggest = (int64_t)c->vocab * h;
+    if (inter * h > biggest) biggest = inter * h;
+    if (qd * h > biggest) biggest = qd * h;
+    float *host = qlt_xmalloc(sizeof(float) * (size_t)biggest);
+    qlt_rng rng;
+    qlt_rng_seed(&rng, seed);
+    int rc = -1;
+    if (random_matrix(m, &m->embed, c->vocab, h, 0, 0, &rng, host)) goto done;
+    if (c->tie_word_embeddings) {
+        m->lm_head = m->embed;
+        m->lm_head_shared = 1;
+    } else if (random_matrix(m, &m->lm_head, c->vocab, h, 0, 0, &rng, host)) {
+        goto done;
+    }
+    if (!(m->final_norm = const_vector(m, h, 1.0f))) goto oom;
+    m->layers = qlt_xcalloc((size_t)c->n_layers, sizeof *m->layers);
+    const int64_t shape[QLT_PROJ_COUNT][2] = {{qd, h}, {kvd, h}, {kvd, h}, {h, qd}, {inter, h}, {inter, h}, {h, inter}};
+    for (int l = 0; l < c->n_layers; l++) {
+        qlt_layer *L = &m->layers[l];
+        if (!(L->attn_norm = const_vector(m, h, 1.0f)) || !(L->mlp_norm = const_vector(m, h, 1.0f))) goto oom;
+        for (int p = 0; p < QLT_PROJ_COUNT; p++)
+            if (random_matrix(m, &L->proj[p], shape[p][0], shape[p][1], blocksize, dq, &rng, host)) goto done;
+        if (c->attention_bias)
+            for (int p = 0; p < 3; p++)
+                if (!(L->bias[p] = const_vector(m, shape[p][0], 0.0f))) goto oom;
+        if (c->qk_norm && (!(L->q_norm = const_vector(m, c->head_dim, 1.0f)) ||
+                           !(L->k_norm = const_vector(m, c->head_dim, 1.0f))))
+            goto oom;
+    }
+    float *inv = qlt_xmalloc(sizeof(float) * (size_t)(c->head_dim / 2));
+    qlt_model_rope_inv_freq(c, inv);
+    m->inv_freq = be->alloc(be, sizeof(float) * (size_t)(c->head_dim / 2));
+    if (m->inv_freq) be->upload(be, m->inv_freq, inv, sizeof(float) * (size_t)(c->head_dim / 2));
+    free(inv);
+    if (!m->inv_freq) goto oom;
+    rc = 0;
+    goto done;
+oom:
+    qlt_fail("out of %s memory creating a random %s model", be->name, c->arch_name);
+done:
+    free(host);
+    if (rc != 0) qlt_model_free(m);
+    return rc;
+}

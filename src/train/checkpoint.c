@@ -1,0 +1,250 @@
+/* checkpoint.c: see checkpoint.h. */
+#define _GNU_SOURCE
+#include "train/checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "io/fileutil.h"
+#include "io/safetensors.h"
+
+#define TRAINER_STATE_VERSION 1
+
+static char *tmp_sibling(const char *dir) {
+    char *p = NULL;
+    if (asprintf(&p, "%s.tmp-%d", dir, (int)getpid()) < 0) abort();
+    return p;
+}
+
+/* Renames tmp over final; an existing final (same step saved again) is moved aside first. */
+static int replace_dir(const char *tmp, const char *final_dir) {
+    if (!qlt_dir_exists(final_dir)) return qlt_commit_dir(tmp, final_dir);
+    char *old = NULL;
+    if (asprintf(&old, "%s.old-%d", final_dir, (int)getpid()) < 0) abort();
+    int rc = rename(final_dir, old) == 0 ? 0 : qlt_fail("%s: cannot replace existing directory", final_dir);
+    if (rc == 0) rc = qlt_commit_dir(tmp, final_dir);
+    if (rc == 0) qlt_remove_tree(old);
+    free(old);
+    return rc;
+}
+
+static int write_adapter_into(const qlt_trainer *t, const char *dir) {
+    return qlt_lora_save_peft(&t->lora, &t->model.cfg, t->cfg->model.path, dir);
+}
+
+int qlt_adapter_save(const qlt_trainer *t, const char *dir) {
+    char *tmp = tmp_sibling(dir);
+    qlt_remove_tree(tmp);
+    int rc = qlt_mkdirs(tmp);
+    if (rc == 0) rc = write_adapter_into(t, tmp);
+    if (rc == 0) rc = replace_dir(tmp, dir);
+    if (rc != 0) qlt_remove_tree(tmp);
+    free(tmp);
+    return rc;
+}
+
+static int write_optimizer(const qlt_trainer *t, const char *dir) {
+    size_t bytes = sizeof(float) * (size_t)t->lora.n_params;
+    float *m = qlt_xmalloc(bytes), *v = qlt_xmalloc(bytes);
+    t->be->download(t->be, m, t->lora.m, bytes);
+    t->be->download(t->be, v, t->lora.v, bytes);
+    qlt_st_writer w;
+    qlt_st_writer_init(&w);
+    int64_t shape[1] = {t->lora.n_params};
+    qlt_st_writer_add(&w, "exp_avg", QLT_DTYPE_F32, 1, shape, m);
+    qlt_st_writer_add(&w, "exp_avg_sq", QLT_DTYPE_F32, 1, shape, v);
+    free(m);
+    free(v);
+    char *path = qlt_path_join(dir, "optimizer.safetensors");
+    int rc = qlt_st_writer_write(&w, path);
+    free(path);
+    qlt_st_writer_free(&w);
+    return rc;
+}
+
+static int write_state(const qlt_trainer *t, const char *dir) {
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddNumberToObject(s, "format_version", TRAINER_STATE_VERSION);
+    cJSON_AddNumberToObject(s, "step", (double)t->step);
+    cJSON_AddNumberToObject(s, "total_steps", (double)t->total_steps);
+    cJSON_AddNumberToObject(s, "epoch", (double)t->epoch);
+    cJSON_AddNumberToObject(s, "cursor", (double)t->cursor);
+    cJSON_AddNumberToObject(s, "tokens_seen", (double)t->tokens_seen);
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->cfg->train.seed);
+    cJSON_AddStringToObject(s, "seed", seed); /* a string: 64-bit seeds do not fit a JSON double */
+    cJSON_AddNumberToObject(s, "n_params", (double)t->lora.n_params);
+    cJSON_AddNumberToObject(s, "train_rows", (double)t->train.n_rows);
+    cJSON_AddNumberToObject(s, "micro_batch", t->micro_batch);
+    cJSON_AddNumberToObject(s, "grad_accum", t->grad_accum);
+    cJSON_AddNumberToObject(s, "seq_len", t->seq);
+    char *text = cJSON_Print(s);
+    cJSON_Delete(s);
+    char *path = qlt_path_join(dir, "trainer_state.json");
+    int rc = qlt_write_file_atomic(path, text, strlen(text));
+    free(path);
+    free(text);
+    return rc;
+}
+
+int qlt_checkpoint_save(const qlt_trainer *t, const char *dir) {
+    char *tmp = tmp_sibling(dir);
+    qlt_remove_tree(tmp);
+    int rc = qlt_mkdirs(tmp);
+    if (rc == 0) rc = write_adapter_into(t, tmp);
+    if (rc == 0) rc = write_optimizer(t, tmp);
+    if (rc == 0) {
+        char *cfg_path = qlt_path_join(tmp, "run_config.json");
+        rc = qlt_config_write_json(t->cfg, cfg_path);
+        free(cfg_path);
+    }
+    if (rc == 0) rc = write_state(t, tmp); /* last: its presence marks a complete checkpoint */
+    if (rc == 0) rc = replace_dir(tmp, dir);
+    if (rc != 0) {
+        qlt_remove_tree(tmp);
+        qlt_fail_context("saving checkpoint %s", dir);
+    }
+    free(tmp);
+    return rc;
+}
+
+static int state_int(const cJSON *s, const char *key, const char *path, int64_t *out) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(s, key);
+    if (!cJSON_IsNumber(it)) return qlt_fail("%s: missing or non-numeric '%s' (corrupt checkpoint?)", path, key);
+    *out = (int64_t)it->valuedouble;
+    return 0;
+}
+
+int qlt_checkpoint_load(qlt_trainer *t, const char *dir) {
+    char *path = qlt_path_join(dir, "trainer_state.json");
+    char *text = NULL;
+    if (qlt_read_file(path, &text, NULL) != 0) {
+        free(path);
+        return qlt_fail_context("%s is not a complete checkpoint", dir);
+    }
+    cJSON *s = cJSON_Parse(text);
+    free(text);
+    int rc = cJSON_IsObject(s) ? 0 : qlt_fail("%s: not a JSON object", path);
+    int64_t version = 0, step = 0, epoch = 0, cursor = 0, tokens = 0, n_params = 0, rows = 0, micro = 0, accum = 0,
+            seq = 0;
+    if (rc == 0)
+        rc = state_int(s, "format_version", path, &version) || state_int(s, "step", path, &step) ||
+                     state_int(s, "epoch", path, &epoch) || state_int(s, "cursor", path, &cursor) ||
+                     state_int(s, "tokens_seen", path, &tokens) || state_int(s, "n_params", path, &n_params) ||
+                     state_int(s, "train_rows", path, &rows) || state_int(s, "micro_batch", path, &micro) ||
+                     state_int(s, "grad_accum", path, &accum) || state_int(s, "seq_len", path, &seq)
+                 ? -1
+                 : 0;
+    if (rc == 0 && version != TRAINER_STATE_VERSION)
+        rc = qlt_fail("%s: format_version %lld is not %d (written by another qlora-train version)", path,
+                      (long long)version, TRAINER_STATE_VERSION);
+    if (rc == 0 && n_params != t->lora.n_params)
+        rc = qlt_fail("%s: the checkpoint has %lld LoRA parameters but this run has %lld: lora.r / lora.targets / "
+                      "model differ from the run that wrote it", path, (long long)n_params, (long long)t->lora.n_params);
+    if (rc == 0 && (rows != t->train.n_rows || micro != t->micro_batch || accum != t->grad_accum || seq != t->seq))
+        rc = qlt_fail("%s: the data or batch shape differs from the run that wrote it (rows %lld vs %lld, "
+                      "micro_batch %lld vs %d, grad_accum %lld vs %d, seq_len %lld vs %d): resume with the same "
+                      "data and train settings", path, (long long)rows, (long long)t->train.n_rows, (long long)micro,
+                      t->micro_batch, (long long)accum, t->grad_accum, (long long)seq, t->seq);
+    cJSON_Delete(s);
+    free(path);
+    if (rc == 0) rc = qlt_lora_load_peft(&t->lora, dir);
+    if (rc == 0) {
+        char *opt = qlt_path_join(dir, "optimizer.safetensors");
+        qlt_st_file f;
+        rc = qlt_st_open(&f, opt);
+        if (rc == 0) {
+            const qlt_st_tensor *m = qlt_st_find(&f, "exp_avg"), *v = qlt_st_find(&f, "exp_avg_sq");
+            if (!m || !v || m->dtype != QLT_DTYPE_F32 || v->dtype != QLT_DTYPE_F32 || m->numel != n_params ||
+                v->numel != n_params) {
+                rc = qlt_fail("%s: needs F32 tensors exp_avg and exp_avg_sq of %lld elements", opt, (long long)n_params);
+            } else {
+                t->be->upload(t->be, t->lora.m, m->data, m->nbytes);
+                t->be->upload(t->be, t->lora.v, v->data, v->nbytes);
+            }
+            qlt_st_close(&f);
+        }
+        free(opt);
+    }
+    if (rc != 0) return -1;
+    t->step = step;
+    t->epoch = epoch;
+    t->cursor = cursor;
+    t->tokens_seen = tokens;
+    return 0;
+}
+
+/* Step number of a "checkpoint-<digits>" name, or -1. */
+static int64_t checkpoint_step(const char *name) {
+    if (strncmp(name, "checkpoint-", 11) != 0 || !name[11]) return -1;
+    int64_t v = 0;
+    for (const char *p = name + 11; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+typedef struct ckpt_entry {
+    int64_t step;
+    char *path;
+} ckpt_entry;
+
+static int cmp_ckpt(const void *a, const void *b) {
+    const ckpt_entry *x = a, *y = b;
+    return x->step < y->step ? -1 : x->step > y->step;
+}
+
+/* Complete checkpoints of output_dir, sorted by step. */
+static int list_checkpoints(const char *output_dir, ckpt_entry **out) {
+    *out = NULL;
+    DIR *d = opendir(output_dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t step = checkpoint_step(e->d_name);
+        if (step < 0) continue;
+        char *path = qlt_path_join(output_dir, e->d_name);
+        char *state = qlt_path_join(path, "trainer_state.json");
+        if (qlt_file_exists(state)) {
+            *out = qlt_xrealloc(*out, sizeof **out * (size_t)(n + 1));
+            (*out)[n].step = step;
+            (*out)[n].path = path;
+            n++;
+        } else {
+            free(path);
+        }
+        free(state);
+    }
+    closedir(d);
+    qsort(*out, (size_t)n, sizeof **out, cmp_ckpt);
+    return n;
+}
+
+char *qlt_checkpoint_find_latest(const char *output_dir) {
+    ckpt_entry *list;
+    int n = list_checkpoints(output_dir, &list);
+    char *latest = n ? list[n - 1].path : NULL;
+    for (int i = 0; i + 1 < n; i++) free(list[i].path);
+    free(list);
+    return latest;
+}
+
+int qlt_checkpoint_prune(const char *output_dir, int keep_last) {
+    if (keep_last <= 0) return 0;
+    ckpt_entry *list;
+    int n = list_checkpoints(output_dir, &list);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (i < n - keep_last && rc == 0) rc = qlt_remove_tree(list[i].path);
+        free(list[i].path);
+    }
+    free(list);
+    return rc;
+}

@@ -1,0 +1,382 @@
+/* trainer.c: the training loop (see trainer.h). */
+#define _GNU_SOURCE
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "io/fileutil.h"
+#include "model/forward.h"
+#include "train/checkpoint.h"
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t mix64(uint64_t a, uint64_t b) {
+    uint64_t z = a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* The row order of an epoch is a pure function of (seed, epoch): resuming needs only epoch + cursor. */
+static void make_epoch_order(qlt_trainer *t) {
+    for (int64_t i = 0; i < t->train.n_rows; i++) t->order[i] = i;
+    if (t->cfg->data.shuffle) {
+        qlt_rng rng;
+        qlt_rng_seed(&rng, mix64(t->cfg->train.seed, 0x5eed0000ull + (uint64_t)t->epoch));
+        qlt_rng_shuffle(&rng, t->order, t->train.n_rows);
+    }
+}
+
+static int load_model_and_adapter(qlt_trainer *t, qlt_trainer_mode mode) {
+    const qlt_config *cfg = t->cfg;
+    qlt_model_load_opts opts = {.nf4 = strcmp(cfg->model.quant, "nf4") == 0,
+                                .nf4_blocksize = cfg->model.nf4_blocksize,
+                                .double_quant = cfg->model.double_quant};
+    if (qlt_model_load(&t->model, t->be, cfg->model.path, &opts) != 0) return -1;
+    t->model_loaded = 1;
+    int r = cfg->lora.r, rslora = cfg->lora.rslora;
+    float alpha = cfg->lora.alpha, dropout = cfg->lora.dropout;
+    unsigned targets = cfg->lora.targets;
+    const char *init = cfg->lora.init_from;
+    if (init && init[0]) {
+        /* the adapter's own shape wins: r, alpha and targets come from its adapter_config.json */
+        float file_dropout;
+        QLT_TRY(qlt_lora_read_peft_config(init, &r, &alpha, &targets, &rslora, &file_dropout));
+    } else if (mode == QLT_TRAINER_EVAL) {
+        return 0; /* evaluate the base model */
+    }
+    QLT_TRY(qlt_lora_create(&t->lora, &t->model, r, alpha, targets, rslora, dropout));
+    t->has_lora = 1;
+    if (init && init[0]) return qlt_lora_load_peft(&t->lora, init);
+    qlt_lora_init_default(&t->lora, cfg->train.seed);
+    return 0;
+}
+
+static int load_datasets(qlt_trainer *t, qlt_trainer_mode mode) {
+    const qlt_config *cfg = t->cfg;
+    char *cache = cfg->data.cache ? qlt_path_join(cfg->output.dir, "cache") : NULL;
+    int rc = 0;
+    if (cache) rc = qlt_mkdirs(cache);
+    if (rc == 0 && mode == QLT_TRAINER_TRAIN) {
+        if (cfg->data.train.count == 0)
+            rc = qlt_fail("data.train is empty: name at least one .jsonl file (--set data.train=path.jsonl)");
+        else
+            rc = qlt_dataset_build(&t->train, cfg, &cfg->data.train, cfg->model.path, cache);
+        if (rc == 0 && cfg->data.eval.count == 0 && cfg->data.eval_split > 0)
+            rc = qlt_dataset_split(&t->train, &t->eval, cfg->data.eval_split, cfg->train.seed);
+    }
+    if (rc == 0 && cfg->data.eval.count > 0)
+        rc = qlt_dataset_build(&t->eval, cfg, &cfg->data.eval, cfg->model.path, cache);
+    if (rc == 0 && mode == QLT_TRAINER_EVAL && t->eval.n_rows == 0) {
+        if (cfg->data.train.count > 0) rc = qlt_dataset_build(&t->eval, cfg, &cfg->data.train, cfg->model.path, cache);
+        else rc = qlt_fail("nothing to evaluate: set data.eval (or data.train) to a .jsonl file");
+    }
+    free(cache);
+    return rc;
+}
+
+/* Runs the planning pass of a training micro-step (the largest graph) and allocates its arena. */
+static int plan_graph(qlt_trainer *t) {
+    qlt_graph_init(&t->graph, t->be);
+    qlt_graph_begin(&t->graph, 1);
+    qlt_forward_opts o = {.lora = t->has_lora ? &t->lora : NULL, .train = t->has_lora, .grad_scale = 1.0f,
+                          .scalars = t->scalars, .loss_scratch = t->loss_scratch};
+    qlt_forward(&t->graph, &t->model, &t->bb.dev, &o);
+    if (o.train) qlt_graph_backward(&t->graph);
+    return qlt_graph_commit_plan(&t->graph);
+}
+
+int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mode) {
+    memset(t, 0, sizeof *t);
+    t->cfg = cfg;
+    t->micro_batch = cfg->train.micro_batch;
+    t->grad_accum = mode == QLT_TRAINER_TRAIN ? cfg->train.grad_accum : 1;
+    t->seq = cfg->data.seq_len;
+    t->be = qlt_backend_create(cfg->train.device, cfg->train.threads);
+    if (!t->be) return -1;
+    if (strcmp(t->be->name, "cuda") == 0) {
+        if (strcmp(cfg->train.backward_a, "fp16") == 0) t->be->backward_a = QLT_BACKWARD_A_FP16;
+        else if (strcmp(cfg->train.backward_a, "fp32") == 0) t->be->backward_a = QLT_BACKWARD_A_FP32;
+        else t->be->backward_a = QLT_BACKWARD_A_BF16;
+    }
+    if (load_model_and_adapter(t, mode) != 0) goto fail;
+    if (load_datasets(t, mode) != 0) goto fail;
+    if (qlt_batch_buffers_init(&t->bb, t->be, t->micro_batch, t->seq) != 0) goto fail;
+    size_t stage = sizeof(int32_t) * (size_t)t->micro_batch * (size_t)t->seq;
+    t->stage_ids = qlt_xmalloc(stage);
+    t->stage_labels = qlt_xmalloc(stage);
+    t->stage_seg = qlt_xmalloc(stage);
+    t->scalars = t->be->alloc(t->be, sizeof *t->scalars);
+    t->loss_scratch = t->be->alloc(t->be, qlt_loss_scratch_bytes(&t->model, (int64_t)t->micro_batch * t->seq));
+    if (!t->scalars || !t->loss_scratch) {
+        qlt_fail("out of %s memory", t->be->name);
+        goto fail;
+    }
+    if (plan_graph(t) != 0) goto fail;
+    if (mode == QLT_TRAINER_TRAIN) {
+        int64_t rows_per_step = (int64_t)t->micro_batch * t->grad_accum;
+        if (t->train.n_rows < rows_per_step) {
+            qlt_fail("data.train yields %lld rows of %d tokens but one step needs micro_batch x grad_accum = %lld: add "
+                     "data, or lower train.micro_batch / train.grad_accum / data.seq_len", (long long)t->train.n_rows,
+                     t->seq, (long long)rows_per_step);
+            goto fail;
+        }
+        t->steps_per_epoch = t->train.n_rows / rows_per_step;
+        t->total_steps = cfg->train.max_steps > 0 ? cfg->train.max_steps
+                                                   : (int64_t)ceil(cfg->train.epochs * (double)t->steps_per_epoch);
+        if (qlt_schedule_init(&t->schedule, cfg->train.schedule, cfg->train.lr, t->total_steps,
+                              cfg->train.warmup_steps, cfg->train.warmup_ratio, cfg->train.min_lr_ratio) != 0)
+            goto fail;
+        t->order = qlt_xmalloc(sizeof(int64_t) * (size_t)t->train.n_rows);
+        make_epoch_order(t);
+    }
+    return 0;
+fail:
+    qlt_trainer_free(t);
+    return -1;
+}
+
+/* Copies rows [first, first + micro_batch) of `order` (or of ds directly when order == NULL) into the
+ * staging buffers; rows past the end of ds become empty rows (no loss). */
+static void stage_rows(qlt_trainer *t, const qlt_dataset *ds, const int64_t *order, int64_t first) {
+    int seq = t->seq;
+    for (int b = 0; b < t->micro_batch; b++) {
+        int64_t pos = first + b;
+        size_t dst = (size_t)b * seq;
+        if (pos >= ds->n_rows) {
+            for (int s = 0; s < seq; s++) {
+                t->stage_ids[dst + s] = 0;
+                t->stage_labels[dst + s] = -100;
+                t->stage_seg[dst + s] = 0;
+            }
+            continue;
+        }
+        int64_t row = order ? order[pos] : pos;
+        size_t src = (size_t)row * seq;
+        memcpy(t->stage_ids + dst, ds->input_ids + src, sizeof(int32_t) * (size_t)seq);
+        memcpy(t->stage_labels + dst, ds->labels + src, sizeof(int32_t) * (size_t)seq);
+        memcpy(t->stage_seg + dst, ds->seg_start + src, sizeof(int32_t) * (size_t)seq);
+    }
+}
+
+int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *out) {
+    const qlt_config *cfg = t->cfg;
+    qlt_backend *be = t->be;
+    double t0 = now_seconds();
+    int64_t rows_per_step = (int64_t)t->micro_batch * t->grad_accum;
+    if (t->cursor + rows_per_step > t->train.n_rows) { /* epoch done: drop the remainder, reshuffle */
+        t->epoch++;
+        t->cursor = 0;
+        make_epoch_order(t);
+    }
+    /* the loss is the mean over every counted token of the step, across micro-batches */
+    int64_t counted = 0;
+    for (int64_t i = 0; i < rows_per_step; i++)
+        counted += qlt_batch_count_targets(t->train.labels + (size_t)t->order[t->cursor + i] * t->seq, 1, t->seq);
+    float grad_scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
+
+    int64_t k = t->step + 1; /* Adam's step count after this update */
+    qlt_optim_scalars s = {
+        .lr = (float)qlt_schedule_lr(&t->schedule, t->step),
+        .beta1 = cfg->train.betas[0],
+        .beta2 = cfg->train.betas[1],
+        .eps = cfg->train.eps,
+        .weight_decay = cfg->train.weight_decay,
+        .bias_correction1 = (float)(1.0 - pow((double)cfg->train.betas[0], (double)k)),
+        .bias_correction2 = (float)(1.0 - pow((double)cfg->train.betas[1], (double)k)),
+        .max_grad_norm = cfg->train.max_grad_norm,
+    };
+    be->upload(be, t->scalars, &s, sizeof s);
+    be->zero(be, t->lora.grads, sizeof(float) * (size_t)t->lora.n_params);
+    for (int micro = 0; micro < t->grad_accum; micro++) {
+        stage_rows(t, &t->train, t->order, t->cursor + (int64_t)micro * t->micro_batch);
+        qlt_batch_upload(&t->bb, be, t->stage_ids, t->stage_labels, t->stage_seg);
+        qlt_forward_opts o = {.lora = &t->lora, .train = 1, .grad_scale = grad_scale,
+                              .dropout_seed = mix64(cfg->train.seed, (uint64_t)(t->step * t->grad_accum + micro)),
+                              .scalars = t->scalars, .loss_scratch = t->loss_scratch};
+        qlt_graph_begin(&t->graph, 0);
+        qlt_forward(&t->graph, &t->model, &t->bb.dev, &o);
+        qlt_graph_backward(&t->graph);
+    }
+    be->grad_norm_sq(be, t->scalars, t->lora.grads, t->lora.n_params);
+    be->adamw(be, t->lora.params, t->lora.grads, t->lora.m, t->lora.v, t->lora.n_params, t->scalars);
+    be->download(be, &s, t->scalars, sizeof s);
+    t->cursor += rows_per_step;
+    t->step++;
+    int64_t tokens = rows_per_step * t->seq;
+    t->tokens_seen += tokens;
+    out->loss = counted > 0 ? s.loss_sum / (double)counted : 0.0;
+    out->grad_norm = sqrt((double)s.grad_norm_sq);
+    out->lr = s.lr;
+    out->tokens = tokens;
+    out->counted = counted;
+    out->seconds = now_seconds() - t0;
+    if (!isfinite(out->loss))
+        return qlt_fail("step %lld: the loss is %g (diverged): lower train.lr or set train.max_grad_norm",
+                        (long long)t->step, out->loss);
+    return 0;
+}
+
+int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, int64_t *counted_out) {
+    qlt_backend *be = t->be;
+    qlt_optim_scalars s = {0};
+    be->upload(be, t->scalars, &s, sizeof s);
+    int64_t counted = 0;
+    for (int64_t first = 0; first < ds->n_rows; first += t->micro_batch) {
+        stage_rows(t, ds, NULL, first);
+        counted += qlt_batch_upload(&t->bb, be, t->stage_ids, t->stage_labels, t->stage_seg);
+        qlt_forward_opts o = {.lora = t->has_lora ? &t->lora : NULL, .train = 0, .scalars = t->scalars,
+                              .loss_scratch = t->loss_scratch};
+        qlt_graph_begin(&t->graph, 0);
+        qlt_forward(&t->graph, &t->model, &t->bb.dev, &o);
+    }
+    be->download(be, &s, t->scalars, sizeof s);
+    if (counted == 0) return qlt_fail("evaluation data has no tokens with labels (every label is -100)");
+    *loss = s.loss_sum / (double)counted;
+    if (counted_out) *counted_out = counted;
+    return 0;
+}
+
+static char *checkpoint_dir(const qlt_trainer *t, int64_t step) {
+    char name[64];
+    snprintf(name, sizeof name, "checkpoint-%lld", (long long)step);
+    return qlt_path_join(t->cfg->output.dir, name);
+}
+
+static void log_metrics(FILE *f, const qlt_trainer *t, const qlt_step_metrics *m) {
+    double epoch = (double)t->epoch + (double)t->cursor / (double)t->train.n_rows;
+    fprintf(f,
+            "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"tokens\": %lld, "
+            "\"tokens_per_s\": %.1f, \"counted_tokens\": %lld, \"epoch\": %.4f, \"step_time_s\": %.4f}\n",
+            (long long)t->step, m->loss, m->grad_norm, m->lr, (long long)t->tokens_seen,
+            m->seconds > 0 ? (double)m->tokens / m->seconds : 0.0, (long long)m->counted, epoch, m->seconds);
+    fflush(f);
+}
+
+static int run_eval_and_log(qlt_trainer *t, FILE *metrics) {
+    double loss;
+    int64_t counted;
+    QLT_TRY(qlt_trainer_evaluate(t, &t->eval, &loss, &counted));
+    fprintf(metrics, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_perplexity\": %.9g, \"eval_tokens\": %lld}\n",
+            (long long)t->step, loss, exp(loss), (long long)counted);
+    fflush(metrics);
+    fprintf(stderr, "step %lld: eval_loss %.4f (perplexity %.2f)\n", (long long)t->step, loss, exp(loss));
+    return 0;
+}
+
+/* Drops the metrics lines of steps after `step` (written by a run that went past its last checkpoint). */
+static int truncate_metrics(const char *path, int64_t step) {
+    char *text = NULL;
+    size_t len = 0;
+    if (!qlt_file_exists(path)) return 0;
+    QLT_TRY(qlt_read_file(path, &text, &len));
+    char *kept = qlt_xmalloc(len + 1);
+    size_t n = 0;
+    for (char *line = text; *line;) {
+        char *end = strchr(line, '\n');
+        size_t l = end ? (size_t)(end - line + 1) : strlen(line);
+        const char *k = strstr(line, "\"step\": ");
+        long long s = k && k < line + l ? atoll(k + 8) : 0;
+        if (s <= step) {
+            memcpy(kept + n, line, l);
+            n += l;
+        }
+        line += l;
+    }
+    int rc = qlt_write_file_atomic(path, kept, n);
+    free(kept);
+    free(text);
+    return rc;
+}
+
+int qlt_trainer_run(qlt_trainer *t, const char *resume) {
+    const qlt_config *cfg = t->cfg;
+    QLT_TRY(qlt_mkdirs(cfg->output.dir));
+    if (resume) {
+        char *dir = strcmp(resume, "auto") == 0 ? qlt_checkpoint_find_latest(cfg->output.dir) : qlt_xstrdup(resume);
+        if (dir) {
+            if (qlt_checkpoint_load(t, dir) != 0) {
+                free(dir);
+                return -1;
+            }
+            make_epoch_order(t);
+            fprintf(stderr, "qlora-train: resumed from %s at step %lld\n", dir, (long long)t->step);
+            free(dir);
+        } else {
+            fprintf(stderr, "qlora-train: no checkpoint in %s: starting from step 0\n", cfg->output.dir);
+        }
+    }
+    char *metrics_path = qlt_path_join(cfg->output.dir, "metrics.jsonl");
+    /* a fresh run starts a fresh log; a resumed run keeps the lines of the steps it resumed after */
+    if (t->step > 0 && truncate_metrics(metrics_path, t->step) != 0) {
+        free(metrics_path);
+        return -1;
+    }
+    FILE *metrics = fopen(metrics_path, t->step > 0 ? "a" : "w");
+    if (!metrics) {
+        qlt_fail("%s: cannot write", metrics_path);
+        free(metrics_path);
+        return -1;
+    }
+    free(metrics_path);
+    fprintf(stderr, "qlora-train: %s backend, %lld trainable parameters, %lld rows of %d tokens, %lld steps\n",
+            t->be->name, (long long)t->lora.n_params, (long long)t->train.n_rows, t->seq, (long long)t->total_steps);
+    int rc = 0;
+    while (t->step < t->total_steps && rc == 0) {
+        qlt_step_metrics m;
+        rc = qlt_trainer_step(t, &m);
+        if (rc != 0) break;
+        log_metrics(metrics, t, &m);
+        if (cfg->train.log_every > 0 && (t->step % cfg->train.log_every == 0 || t->step == t->total_steps))
+            fprintf(stderr, "step %lld/%lld  loss %.4f  grad_norm %.4f  lr %.3g  %.0f tokens/s\n", (long long)t->step,
+                    (long long)t->total_steps, m.loss, m.grad_norm, m.lr,
+                    m.seconds > 0 ? (double)m.tokens / m.seconds : 0.0);
+        if (t->eval.n_rows > 0 && cfg->train.eval_every > 0 && t->step % cfg->train.eval_every == 0)
+            rc = run_eval_and_log(t, metrics);
+        if (rc == 0 && cfg->output.save_every > 0 && t->step % cfg->output.save_every == 0) {
+            char *dir = checkpoint_dir(t, t->step);
+            rc = qlt_checkpoint_save(t, dir);
+            free(dir);
+            if (rc == 0) rc = qlt_checkpoint_prune(cfg->output.dir, cfg->output.keep_last);
+        }
+    }
+    if (rc == 0 && t->eval.n_rows > 0 && !(cfg->train.eval_every > 0 && t->step % cfg->train.eval_every == 0))
+        rc = run_eval_and_log(t, metrics);
+    fclose(metrics);
+    if (rc != 0) return rc;
+    char *final_dir = qlt_path_join(cfg->output.dir, "final");
+    rc = qlt_adapter_save(t, final_dir);
+    if (rc == 0) fprintf(stderr, "qlora-train: adapter written to %s\n", final_dir);
+    free(final_dir);
+    return rc;
+}
+
+void qlt_trainer_free(qlt_trainer *t) {
+    qlt_backend *be = t->be;
+    if (be) {
+        qlt_graph_free(&t->graph);
+        qlt_batch_buffers_free(&t->bb, be);
+        if (t->scalars) be->free(be, t->scalars);
+        if (t->loss_scratch) be->free(be, t->loss_scratch);
+        if (t->has_lora) qlt_lora_free(&t->lora);
+        if (t->model_loaded) qlt_model_free(&t->model);
+    }
+    qlt_dataset_free(&t->train);
+    qlt_dataset_free(&t->eval);
+    free(t->stage_ids);
+    free(t->stage_labels);
+    free(t->stage_seg);
+    free(t->order);
+    if (be) be->destroy(be);
+    memset(t, 0, sizeof *t);
+}
