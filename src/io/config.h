@@ -8,6 +8,7 @@
 #define QLT_CONFIG_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #define QLT_MAX_PATHS 16
 
@@ -102,5 +103,26 @@ int qlt_config_write_json(const qlt_config *cfg, const char *path);
 /* Prints every key with type, default and help. */
 void qlt_config_print_help(void);
 void qlt_config_free(qlt_config *cfg);
+
+/* One key as documented: what qlt_config_print_help prints and docs/CONFIG.md lists. */
+typedef struct qlt_config_key {
+    const char *name;         /* "section.key" */
+    const char *type;         /* int | int64 | uint64 | float | bool | string | enum | path list | float pair |
+                                 targets */
+    const char *default_text; /* the default, written as in a YAML file */
+    const char *help;         /* one line */
+    const char *choices;      /* enum: the allowed values, "nf4, none"; NULL otherwise */
+    const char *range;        /* numbers: the accepted interval, "[1, inf)"; NULL when any value goes */
+} qlt_config_key;
+
+/* The schema, in file order (sections model, lora, data, train, output): keys 0 .. count-1. */
+int64_t qlt_config_key_count(void);
+const qlt_config_key *qlt_config_key_at(int64_t i);
+/* qlt_config_print_help, to any stream. */
+void qlt_config_fprint_help(FILE *out);
+/* Deep copy: dst gets its own strings. dst's old contents are not freed (free them first if any). */
+void qlt_config_copy(qlt_config *dst, const qlt_config *src);
+/* The name of the first key whose value differs ("train.lr"), or NULL when a and b are equal. */
+const char *qlt_config_first_difference(const qlt_config *a, const qlt_config *b);
 
 #endif
