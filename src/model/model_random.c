@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "io/fileutil.h"
 #include "model/model.h"
 
 static void fill_normal(float *x, int64_t n, float std, qlt_rng *rng) {
@@ -89,4 +90,28 @@ done:
     free(host);
     if (rc != 0) qlt_model_free(m);
     return rc;
+}
+
+#define RANDOM_PREFIX "random:"
+
+char *qlt_model_dir_of(const char *path) {
+    if (strncmp(path, RANDOM_PREFIX, strlen(RANDOM_PREFIX)) != 0) return qlt_xstrdup(path);
+    char *dir = qlt_xstrdup(path + strlen(RANDOM_PREFIX));
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else strcpy(dir, ".");
+    return dir;
+}
+
+int qlt_model_open(qlt_model *m, qlt_backend *be, const char *path, const qlt_model_load_opts *opts, uint64_t seed) {
+    if (!path[0]) return qlt_fail("model.path is empty: set it to a Hugging Face model directory (or random:CONFIG.json)");
+    if (strncmp(path, RANDOM_PREFIX, strlen(RANDOM_PREFIX)) != 0) return qlt_model_load(m, be, path, opts);
+    const char *config_path = path + strlen(RANDOM_PREFIX);
+    char *text = NULL;
+    QLT_TRY(qlt_read_file(config_path, &text, NULL));
+    qlt_model_config mc;
+    int rc = qlt_model_config_parse(&mc, text, config_path);
+    free(text);
+    if (rc != 0) return -1;
+    return qlt_model_init_random(m, be, &mc, seed, opts);
 }

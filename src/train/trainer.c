@@ -42,7 +42,7 @@ static int load_model_and_adapter(qlt_trainer *t, qlt_trainer_mode mode) {
     qlt_model_load_opts opts = {.nf4 = strcmp(cfg->model.quant, "nf4") == 0,
                                 .nf4_blocksize = cfg->model.nf4_blocksize,
                                 .double_quant = cfg->model.double_quant};
-    if (qlt_model_load(&t->model, t->be, cfg->model.path, &opts) != 0) return -1;
+    if (qlt_model_open(&t->model, t->be, cfg->model.path, &opts, mix64(cfg->train.seed, 0x30de1ull)) != 0) return -1;
     t->model_loaded = 1;
     int r = cfg->lora.r, rslora = cfg->lora.rslora;
     float alpha = cfg->lora.alpha, dropout = cfg->lora.dropout;
@@ -65,23 +65,25 @@ static int load_model_and_adapter(qlt_trainer *t, qlt_trainer_mode mode) {
 static int load_datasets(qlt_trainer *t, qlt_trainer_mode mode) {
     const qlt_config *cfg = t->cfg;
     char *cache = cfg->data.cache ? qlt_path_join(cfg->output.dir, "cache") : NULL;
+    char *model_dir = qlt_model_dir_of(cfg->model.path);
     int rc = 0;
     if (cache) rc = qlt_mkdirs(cache);
     if (rc == 0 && mode == QLT_TRAINER_TRAIN) {
         if (cfg->data.train.count == 0)
             rc = qlt_fail("data.train is empty: name at least one .jsonl file (--set data.train=path.jsonl)");
         else
-            rc = qlt_dataset_build(&t->train, cfg, &cfg->data.train, cfg->model.path, cache);
+            rc = qlt_dataset_build(&t->train, cfg, &cfg->data.train, model_dir, cache);
         if (rc == 0 && cfg->data.eval.count == 0 && cfg->data.eval_split > 0)
             rc = qlt_dataset_split(&t->train, &t->eval, cfg->data.eval_split, cfg->train.seed);
     }
     if (rc == 0 && cfg->data.eval.count > 0)
-        rc = qlt_dataset_build(&t->eval, cfg, &cfg->data.eval, cfg->model.path, cache);
+        rc = qlt_dataset_build(&t->eval, cfg, &cfg->data.eval, model_dir, cache);
     if (rc == 0 && mode == QLT_TRAINER_EVAL && t->eval.n_rows == 0) {
-        if (cfg->data.train.count > 0) rc = qlt_dataset_build(&t->eval, cfg, &cfg->data.train, cfg->model.path, cache);
+        if (cfg->data.train.count > 0) rc = qlt_dataset_build(&t->eval, cfg, &cfg->data.train, model_dir, cache);
         else rc = qlt_fail("nothing to evaluate: set data.eval (or data.train) to a .jsonl file");
     }
     free(cache);
+    free(model_dir);
     return rc;
 }
 

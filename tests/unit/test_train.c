@@ -1,0 +1,324 @@
+/* test_train.c: the CPU trainer against Hugging Face transformers + PEFT + torch AdamW goldens (3 steps,
+ * lr 1e-2, clipping at 1.0, weight decay 0.01), gradient accumulation semantics, and exact resume. */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "io/config.h"
+#include "io/fileutil.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+typedef struct fixture_case {
+    char model[32];
+} fixture_case;
+
+/* Writes the golden batch of a fixture as a `tokens` JSONL file; returns batch and seq. */
+static void write_golden_tokens(const char *model, const char *path, int *batch, int *seq) {
+    char *gpath = test_fixture_path(model, "golden.safetensors");
+    qlt_st_file g;
+    cr_assert_eq(qlt_st_open(&g, gpath), 0, "%s", qlt_error());
+    int32_t *ids = test_read_i32(&g, "input_ids", NULL), *labels = test_read_i32(&g, "labels", NULL);
+    const qlt_st_tensor *t = qlt_st_find(&g, "input_ids");
+    *batch = (int)t->shape[0];
+    *seq = (int)t->shape[1];
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    for (int b = 0; b < *batch; b++) {
+        fprintf(f, "{\"input_ids\": [");
+        for (int s = 0; s < *seq; s++) fprintf(f, "%s%d", s ? ", " : "", ids[b * *seq + s]);
+        fprintf(f, "], \"labels\": [");
+        for (int s = 0; s < *seq; s++) fprintf(f, "%s%d", s ? ", " : "", labels[b * *seq + s]);
+        fprintf(f, "]}\n");
+    }
+    fclose(f);
+    free(ids);
+    free(labels);
+    qlt_st_close(&g);
+    free(gpath);
+}
+
+static void set(qlt_config *cfg, const char *assignment) {
+    cr_assert_eq(qlt_config_set(cfg, assignment), 0, "--set %s: %s", assignment, qlt_error());
+}
+
+/* The golden run's configuration (see fixtures/README.md). */
+static void golden_config(qlt_config *cfg, const char *model, const char *tokens, const char *out, int seq) {
+    char buf[1024];
+    qlt_config_defaults(cfg);
+    char *dir = test_fixture_path(model, NULL);
+    snprintf(buf, sizeof buf, "model.path=%s", dir);
+    set(cfg, buf);
+    snprintf(buf, sizeof buf, "lora.init_from=%s/adapter-init", dir);
+    set(cfg, buf);
+    free(dir);
+    set(cfg, "model.quant=none");
+    snprintf(buf, sizeof buf, "data.train=%s", tokens);
+    set(cfg, buf);
+    set(cfg, "data.format=tokens");
+    snprintf(buf, sizeof buf, "data.seq_len=%d", seq);
+    set(cfg, buf);
+    set(cfg, "data.packing=false");
+    set(cfg, "data.shuffle=false");
+    set(cfg, "data.cache=false");
+    set(cfg, "train.device=cpu");
+    set(cfg, "train.lr=1e-2");
+    set(cfg, "train.schedule=constant");
+    set(cfg, "train.betas=[0.9, 0.999]");
+    set(cfg, "train.eps=1e-8");
+    set(cfg, "train.weight_decay=0.01");
+    set(cfg, "train.max_grad_norm=1.0");
+    set(cfg, "train.max_steps=3");
+    set(cfg, "train.micro_batch=2");
+    set(cfg, "train.log_every=0");
+    snprintf(buf, sizeof buf, "output.dir=%s", out);
+    set(cfg, buf);
+    cr_assert_eq(qlt_config_validate(cfg), 0, "%s", qlt_error());
+}
+
+/* Reads key of metrics line `step` (1-based, lines with "loss") from metrics.jsonl. */
+static double metric(const char *out_dir, int step, const char *key) {
+    char *path = qlt_path_join(out_dir, "metrics.jsonl");
+    char *text;
+    cr_assert_eq(qlt_read_file(path, &text, NULL), 0);
+    char needle[64], keyq[64];
+    snprintf(needle, sizeof needle, "{\"step\": %d, \"loss\"", step);
+    snprintf(keyq, sizeof keyq, "\"%s\": ", key);
+    char *line = strstr(text, needle);
+    cr_assert(line, "metrics.jsonl has no line for step %d", step);
+    char *k = strstr(line, keyq);
+    cr_assert(k);
+    double v = strtod(k + strlen(keyq), NULL);
+    free(text);
+    free(path);
+    return v;
+}
+
+ParameterizedTestParameters(train, golden_three_steps) {
+    static fixture_case cases[] = {{"tiny-qwen2"}, {"tiny-llama"}, {"tiny-qwen3"}};
+    return cr_make_param_array(fixture_case, cases, 3);
+}
+
+ParameterizedTest(fixture_case *c, train, golden_three_steps) {
+    char *tmp = test_tmpdir();
+    char *tokens = qlt_path_join(tmp, "golden.jsonl"), *out = qlt_path_join(tmp, "run");
+    int batch, seq;
+    write_golden_tokens(c->model, tokens, &batch, &seq);
+    qlt_config cfg;
+    golden_config(&cfg, c->model, tokens, out, seq);
+    char *gpath = test_fixture_path(c->model, "golden.safetensors");
+    qlt_st_file g;
+    cr_assert_eq(qlt_st_open(&g, gpath), 0);
+
+    qlt_trainer t;
+    cr_assert_eq(qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN), 0, "%s", qlt_error());
+    cr_assert_eq(t.train.n_rows, batch);
+    cr_assert_eq(qlt_trainer_run(&t, NULL), 0, "%s", qlt_error());
+
+    float *losses = test_read_f32(&g, "losses", NULL), *norms = test_read_f32(&g, "grad_norms_preclip", NULL);
+    for (int s = 0; s < 3; s++) {
+        double loss = metric(out, s + 1, "loss"), norm = metric(out, s + 1, "grad_norm");
+        cr_expect(fabs(loss - losses[s]) <= 1e-5 * fabs(losses[s]), "step %d loss %.8f vs %.8f", s + 1, loss, losses[s]);
+        cr_expect(fabs(norm - norms[s]) <= 1e-4 * fabs(norms[s]), "step %d grad_norm %.8f vs %.8f", s + 1, norm, norms[s]);
+    }
+    /* final/ holds every step3.* tensor within 1e-4 of the tensor's max */
+    char *final_dir = qlt_path_join(out, "final");
+    char *adapter = qlt_path_join(final_dir, "adapter_model.safetensors");
+    qlt_st_file a;
+    cr_assert_eq(qlt_st_open(&a, adapter), 0, "%s", qlt_error());
+    int checked = 0;
+    for (int i = 0; i < g.n_tensors; i++) {
+        const char *name = g.tensors[i].name;
+        if (strncmp(name, "step3.", 6) != 0) continue;
+        const qlt_st_tensor *mine = qlt_st_find(&a, name + 6);
+        cr_assert(mine, "final adapter lacks %s", name + 6);
+        cr_assert_eq(mine->dtype, QLT_DTYPE_F32);
+        cr_assert_eq(mine->numel, g.tensors[i].numel);
+        float *ref = test_read_f32(&g, name, NULL), *got = test_read_f32(&a, name + 6, NULL);
+        double err = test_rel_err(got, ref, mine->numel);
+        cr_expect(err <= 1e-4, "%s: rel err %.3g", name, err);
+        free(ref);
+        free(got);
+        checked++;
+    }
+    cr_assert_eq(checked, a.n_tensors);
+    cr_assert_gt(checked, 0);
+    qlt_st_close(&a);
+    qlt_trainer_free(&t);
+
+    /* eval of final/ gives losses[3] */
+    char buf[1024];
+    snprintf(buf, sizeof buf, "lora.init_from=%s", final_dir);
+    set(&cfg, buf);
+    cr_assert_eq(qlt_trainer_init(&t, &cfg, QLT_TRAINER_EVAL), 0, "%s", qlt_error());
+    double loss;
+    cr_assert_eq(qlt_trainer_evaluate(&t, &t.eval, &loss, NULL), 0, "%s", qlt_error());
+    cr_expect(fabs(loss - losses[3]) <= 1e-5 * fabs(losses[3]), "eval of final/: %.8f vs %.8f", loss, losses[3]);
+    qlt_trainer_free(&t);
+
+    free(losses);
+    free(norms);
+    qlt_st_close(&g);
+    qlt_config_free(&cfg);
+    qlt_remove_tree(tmp);
+    free(gpath);
+    free(adapter);
+    free(final_dir);
+    free(tokens);
+    free(out);
+    free(tmp);
+}
+
+/* The first step's gradients through the trainer equal the goldens, and splitting the batch into two
+ * micro-batches (grad_accum 2) gives the same loss and gradients: the loss is normalized over every
+ * counted token of the optimizer step. */
+Test(train, grad_accum_matches_full_batch) {
+    char *tmp = test_tmpdir();
+    char *tokens = qlt_path_join(tmp, "golden.jsonl"), *out = qlt_path_join(tmp, "run");
+    int batch, seq;
+    write_golden_tokens("tiny-llama", tokens, &batch, &seq);
+    char *gpath = test_fixture_path("tiny-llama", "golden.safetensors");
+    qlt_st_file g;
+    cr_assert_eq(qlt_st_open(&g, gpath), 0);
+    float *losses = test_read_f32(&g, "losses", NULL);
+    for (int accum = 1; accum <= 2; accum++) {
+        qlt_config cfg;
+        golden_config(&cfg, "tiny-llama", tokens, out, seq);
+        set(&cfg, accum == 1 ? "train.micro_batch=2" : "train.micro_batch=1");
+        set(&cfg, accum == 1 ? "train.grad_accum=1" : "train.grad_accum=2");
+        qlt_trainer t;
+        cr_assert_eq(qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN), 0, "%s", qlt_error());
+        qlt_step_metrics m;
+        cr_assert_eq(qlt_trainer_step(&t, &m), 0, "%s", qlt_error());
+        cr_expect(fabs(m.loss - losses[0]) <= 1e-5 * losses[0], "accum %d: loss %.8f vs %.8f", accum, m.loss, losses[0]);
+        char name[256], gname[300];
+        for (int l = 0; l < t.lora.n_layers; l++)
+            for (int p = 0; p < QLT_PROJ_COUNT; p++)
+                for (int which = 0; which < 2; which++) {
+                    const qlt_lora_slot *s = &t.lora.slots[l][p];
+                    qlt_lora_tensor_name(name, sizeof name, l, p, which ? 'B' : 'A');
+                    snprintf(gname, sizeof gname, "grad.%s", name);
+                    int64_t numel;
+                    float *ref = test_read_f32(&g, gname, &numel);
+                    double err = test_rel_err(t.lora.grads + s->offset_a + (which ? (int64_t)t.lora.r * s->in : 0), ref, numel);
+                    cr_expect(err <= 1e-4, "accum %d %s: rel err %.3g", accum, gname, err);
+                    free(ref);
+                }
+        qlt_trainer_free(&t);
+        qlt_config_free(&cfg);
+    }
+    free(losses);
+    qlt_st_close(&g);
+    qlt_remove_tree(tmp);
+    free(gpath);
+    free(tokens);
+    free(out);
+    free(tmp);
+}
+
+/* 16 random rows of 24 tokens for tiny-qwen3. */
+static void write_random_tokens(const char *path) {
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    uint64_t s = 12345;
+    for (int row = 0; row < 16; row++) {
+        fprintf(f, "{\"input_ids\": [");
+        for (int i = 0; i < 24; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            fprintf(f, "%s%d", i ? ", " : "", (int)((s >> 33) % 512));
+        }
+        fprintf(f, "]}\n");
+    }
+    fclose(f);
+}
+
+static void resume_config(qlt_config *cfg, const char *tokens, const char *out) {
+    char buf[1024];
+    qlt_config_defaults(cfg);
+    char *dir = test_fixture_path("tiny-qwen3", NULL);
+    snprintf(buf, sizeof buf, "model.path=%s", dir);
+    set(cfg, buf);
+    free(dir);
+    set(cfg, "model.quant=none");
+    set(cfg, "lora.r=4");
+    set(cfg, "lora.alpha=8");
+    set(cfg, "lora.dropout=0.1");
+    snprintf(buf, sizeof buf, "data.train=%s", tokens);
+    set(cfg, buf);
+    set(cfg, "data.format=tokens");
+    set(cfg, "data.seq_len=24");
+    set(cfg, "data.cache=false");
+    set(cfg, "train.device=cpu");
+    set(cfg, "train.lr=5e-3");
+    set(cfg, "train.schedule=cosine");
+    set(cfg, "train.warmup_steps=2");
+    set(cfg, "train.weight_decay=0.01");
+    set(cfg, "train.micro_batch=2");
+    set(cfg, "train.grad_accum=2");
+    set(cfg, "train.max_steps=6");
+    set(cfg, "train.log_every=0");
+    set(cfg, "output.save_every=3");
+    snprintf(buf, sizeof buf, "output.dir=%s", out);
+    set(cfg, buf);
+    cr_assert_eq(qlt_config_validate(cfg), 0, "%s", qlt_error());
+}
+
+/* 6 steps straight == 3 steps, stop, --resume auto, 3 more: bit-identical losses and adapters. The run
+ * crosses an epoch boundary (16 rows, 4 rows a step), uses shuffling, dropout and a cosine schedule. */
+Test(train, resume_is_exact) {
+    char *tmp = test_tmpdir();
+    char *tokens = qlt_path_join(tmp, "data.jsonl"), *straight = qlt_path_join(tmp, "straight"),
+         *resumed = qlt_path_join(tmp, "resumed");
+    write_random_tokens(tokens);
+    qlt_config cfg;
+    resume_config(&cfg, tokens, straight);
+    qlt_trainer t;
+    cr_assert_eq(qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN), 0, "%s", qlt_error());
+    cr_assert_eq(qlt_trainer_run(&t, NULL), 0, "%s", qlt_error());
+    qlt_trainer_free(&t);
+    qlt_config_free(&cfg);
+
+    resume_config(&cfg, tokens, resumed);
+    set(&cfg, "train.max_steps=6");
+    cr_assert_eq(qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN), 0, "%s", qlt_error());
+    t.total_steps = 3; /* stop after the checkpoint at step 3, as an interrupted run would */
+    cr_assert_eq(qlt_trainer_run(&t, NULL), 0, "%s", qlt_error());
+    qlt_trainer_free(&t);
+    char *ck = qlt_checkpoint_find_latest(resumed);
+    cr_assert(ck && strstr(ck, "checkpoint-3"), "latest checkpoint: %s", ck ? ck : "(none)");
+    free(ck);
+    cr_assert_eq(qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN), 0, "%s", qlt_error());
+    cr_assert_eq(qlt_trainer_run(&t, "auto"), 0, "%s", qlt_error());
+    cr_assert_eq(t.step, 6);
+    qlt_trainer_free(&t);
+    qlt_config_free(&cfg);
+
+    for (int s = 1; s <= 6; s++) {
+        double a = metric(straight, s, "loss"), b = metric(resumed, s, "loss");
+        cr_expect(a == b, "step %d: loss %.17g straight vs %.17g resumed", s, a, b);
+    }
+    char *fa = qlt_path_join(straight, "final"), *fb = qlt_path_join(resumed, "final");
+    char *pa = qlt_path_join(fa, "adapter_model.safetensors"), *pb = qlt_path_join(fb, "adapter_model.safetensors");
+    qlt_st_file sa, sb;
+    cr_assert_eq(qlt_st_open(&sa, pa), 0);
+    cr_assert_eq(qlt_st_open(&sb, pb), 0);
+    cr_assert_eq(sa.map_size, sb.map_size);
+    cr_expect(memcmp(sa.map, sb.map, sa.map_size) == 0, "final adapters differ");
+    qlt_st_close(&sa);
+    qlt_st_close(&sb);
+    free(pa);
+    free(pb);
+    free(fa);
+    free(fb);
+    qlt_remove_tree(tmp);
+    free(tokens);
+    free(straight);
+    free(resumed);
+    free(tmp);
+}
