@@ -4,5 +4,6 @@
 #include "cli/commands.h"
 
 const qlt_command qlt_commands[] = {
+    {"tokenize", "encode text to token ids or decode ids (tokenizer.json), or benchmark the tokenizer", qlt_cmd_tokenize},
     {NULL, NULL, NULL},
 };
