@@ -13,6 +13,11 @@ typedef struct qlt_command {
 /* The table of commands, terminated by a {NULL} entry (src/cli/command_table.c). */
 extern const qlt_command qlt_commands[];
 
+int qlt_cmd_train(int argc, char **argv);
+int qlt_cmd_eval(int argc, char **argv);
+int qlt_cmd_inspect(int argc, char **argv);
+int qlt_cmd_tokenize(int argc, char **argv);
+
 /* Prints "qlora-train: error: <qlt_error()>" on stderr and returns 1. */
 int qlt_cli_report_error(void);
 

@@ -28,6 +28,7 @@ typedef struct qlt_dataset {
     int64_t n_skipped;   /* bad lines skipped (data.skip_bad) */
     int64_t n_tokens;    /* real (non-pad) tokens */
     int64_t n_label_tokens; /* labels != -100 */
+    int32_t pad_id;      /* the id padding uses (labels -100 there; its own segment at a row's end) */
 } qlt_dataset;
 
 /* Builds a dataset from `files` according to cfg->data (format, seq_len, packing, tokenizer, ...).

@@ -76,7 +76,7 @@ static void golden_config(qlt_config *cfg, const char *model, const char *tokens
     set(cfg, "train.max_grad_norm=1.0");
     set(cfg, "train.max_steps=3");
     set(cfg, "train.micro_batch=2");
-    set(cfg, "train.log_every=0");
+    set(cfg, "train.log_every=1000");
     snprintf(buf, sizeof buf, "output.dir=%s", out);
     set(cfg, buf);
     cr_assert_eq(qlt_config_validate(cfg), 0, "%s", qlt_error());
@@ -262,7 +262,7 @@ static void resume_config(qlt_config *cfg, const char *tokens, const char *out) 
     set(cfg, "train.micro_batch=2");
     set(cfg, "train.grad_accum=2");
     set(cfg, "train.max_steps=6");
-    set(cfg, "train.log_every=0");
+    set(cfg, "train.log_every=1000");
     set(cfg, "output.save_every=3");
     snprintf(buf, sizeof buf, "output.dir=%s", out);
     set(cfg, buf);
