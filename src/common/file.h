@@ -1,4 +1,4 @@
-/* file.h: whole-file reads and atomic writes (temp name + rename), with errors that name the path. */
+/* file.h: whole-file reads with errors that name the path, and an existence check. */
 #ifndef QLT_FILE_H
 #define QLT_FILE_H
 
