@@ -32,7 +32,7 @@ void qlt_cpu_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *
 /* Keep-mask hash shared with CUDA: 1 when element (seed, index) is kept at drop probability p. */
 int qlt_dropout_keep(uint64_t seed, uint64_t index, float p);
 void qlt_cpu_dropout(float *out, const float *x, int64_t count, float p, uint64_t seed, uint64_t offset);
-/* Fused lm_head + cross-entropy; w [V, D]; scratch float [n*V + 2*n] (logit rows, then per-token losses);
+/* Fused lm_head + cross-entropy; w [V, D]; scratch double [n*V + n] (logit rows, then per-token losses);
  * returns the loss sum (double). dx may be NULL. */
 double qlt_cpu_lm_head_loss(float *dx, float *scratch, const float *x, const float *w, const int32_t *targets,
                             int64_t n, int64_t d, int64_t vocab, float grad_scale);

@@ -10,7 +10,7 @@
 size_t qlt_loss_scratch_bytes(const qlt_model *m, int64_t n) {
     int64_t rows = n < 4096 ? n : 4096;
     /* float32 logit rows plus a double per row (the CPU reference's per-token losses) */
-    return (size_t)rows * ((size_t)m->cfg.vocab + 2) * sizeof(float);
+    return (size_t)rows * ((size_t)m->cfg.vocab + 1) * sizeof(double);
 }
 
 static const qlt_lora_ref *lora_ref(const qlt_forward_opts *o, int layer, qlt_proj p, qlt_lora_ref *ref) {
