@@ -84,6 +84,15 @@ static int load_datasets(qlt_trainer *t, qlt_trainer_mode mode) {
     }
     free(cache);
     free(model_dir);
+    if (rc == 0) {
+        const qlt_dataset *ds = mode == QLT_TRAINER_TRAIN ? &t->train : &t->eval;
+        fprintf(stderr, "qlora-train: data: %lld examples -> %lld rows of %d tokens (%lld tokens with loss)%s",
+                (long long)ds->n_examples, (long long)ds->n_rows, cfg->data.seq_len, (long long)ds->n_label_tokens,
+                ds->n_truncated || ds->n_skipped ? "" : "\n");
+        if (ds->n_truncated || ds->n_skipped)
+            fprintf(stderr, "; %lld examples longer than data.seq_len truncated, %lld bad lines skipped\n",
+                    (long long)ds->n_truncated, (long long)ds->n_skipped);
+    }
     return rc;
 }
 
