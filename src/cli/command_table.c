@@ -6,6 +6,8 @@
 const qlt_command qlt_commands[] = {
     {"train", "fine-tune LoRA adapters (--config FILE, --resume auto|DIR)", qlt_cmd_train},
     {"eval", "loss and perplexity of a model (+ adapter) on a dataset", qlt_cmd_eval},
+    {"inspect", "architecture, tensors, bytes and NF4 footprint of a model directory", qlt_cmd_inspect},
     {"tokenize", "encode text to token ids or decode ids (tokenizer.json), or benchmark the tokenizer", qlt_cmd_tokenize},
+    {"quantize", "write a bitsandbytes 4-bit NF4 checkpoint of a model", qlt_cmd_quantize},
     {NULL, NULL, NULL},
 };

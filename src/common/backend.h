@@ -58,6 +58,9 @@ struct qlt_backend {
      * `nf4_blocksize` > 0. Fills *w; returns 0 or -1 with qlt_fail. */
     int (*weight_create)(qlt_backend *be, qlt_weight *w, const void *host, qlt_dtype dtype, int64_t rows,
                          int64_t cols, int nf4_blocksize, int double_quant);
+    /* Takes over an NF4 weight already quantized on the host (a bitsandbytes checkpoint): *host is
+     * consumed (moved or uploaded and freed). */
+    int (*weight_from_nf4)(qlt_backend *be, qlt_weight *w, qlt_nf4 *host, int64_t rows, int64_t cols);
     void (*weight_free)(qlt_backend *be, qlt_weight *w);
 
     /* ---- ops (asynchronous, allocation-free) ---- */

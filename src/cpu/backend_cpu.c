@@ -8,6 +8,7 @@
 #include "common/backend.h"
 #include "common/error.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/nf4.h"
 
 typedef struct cpu_impl {
     float *dequant;        /* scratch for one dequantized NF4 weight */
@@ -34,8 +35,21 @@ static void cpu_destroy(qlt_backend *be) {
 /* Returns the weight as float32 [rows, cols]: the stored array, or NF4 dequantized into scratch. */
 static const float *cpu_weight_f32(qlt_backend *be, const qlt_weight *w) {
     if (w->format == QLT_WFORMAT_F32) return w->data;
-    QLT_ASSERT(!"NF4 weights on the CPU backend: wired in with the NF4 module");
-    return NULL;
+    QLT_ASSERT(w->format == QLT_WFORMAT_NF4);
+    cpu_impl *impl = be->impl;
+    QLT_ASSERT(w->rows * w->cols <= impl->dequant_cap);
+    qlt_nf4_dequantize_f32(&w->nf4, impl->dequant);
+    return impl->dequant;
+}
+
+/* Grows the dequantization scratch at load time (never inside a step). */
+static int cpu_reserve_dequant(qlt_backend *be, int64_t numel) {
+    cpu_impl *impl = be->impl;
+    if (numel > impl->dequant_cap) {
+        impl->dequant = qlt_xrealloc(impl->dequant, sizeof(float) * (size_t)numel);
+        impl->dequant_cap = numel;
+    }
+    return 0;
 }
 
 static int cpu_weight_create(qlt_backend *be, qlt_weight *w, const void *host, qlt_dtype dtype, int64_t rows,
@@ -51,12 +65,30 @@ static int cpu_weight_create(qlt_backend *be, qlt_weight *w, const void *host, q
         w->data = dense;
         return 0;
     }
+    w->format = QLT_WFORMAT_NF4;
+    QLT_TRY(qlt_nf4_check_blocksize(nf4_blocksize));
+    if (qlt_nf4_alloc_host(&w->nf4, numel, nf4_blocksize, double_quant) != 0) {
+        free(dense);
+        return -1;
+    }
+    qlt_nf4_quantize_f32(&w->nf4, dense);
     free(dense);
-    return qlt_fail("NF4 quantization is not available in this build yet (use --set model.quant=none)");
+    return cpu_reserve_dequant(be, numel);
+}
+
+static int cpu_weight_from_nf4(qlt_backend *be, qlt_weight *w, qlt_nf4 *host, int64_t rows, int64_t cols) {
+    memset(w, 0, sizeof *w);
+    w->format = QLT_WFORMAT_NF4;
+    w->rows = rows;
+    w->cols = cols;
+    w->nf4 = *host;
+    memset(host, 0, sizeof *host);
+    return cpu_reserve_dequant(be, rows * cols);
 }
 
 static void cpu_weight_free(qlt_backend *be, qlt_weight *w) {
-    free(w->data);
+    if (w->format == QLT_WFORMAT_NF4) qlt_nf4_free_host(&w->nf4);
+    else free(w->data);
     memset(w, 0, sizeof *w);
 }
 
@@ -197,6 +229,7 @@ qlt_backend *qlt_backend_cpu_create(int threads) {
     be->sync = cpu_sync;
     be->destroy = cpu_destroy;
     be->weight_create = cpu_weight_create;
+    be->weight_from_nf4 = cpu_weight_from_nf4;
     be->weight_free = cpu_weight_free;
     be->zero = cpu_zero;
     be->embed = cpu_embed;

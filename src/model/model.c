@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "cpu/nf4.h"
+#include "io/bnb_checkpoint.h"
 #include "io/safetensors.h"
 
 static const char *proj_names[QLT_PROJ_COUNT] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
@@ -58,14 +60,34 @@ static int load_matrix(qlt_model *m, const qlt_st_dir *d, const char *dir, const
     return 0;
 }
 
+/* A linear weight stored by bitsandbytes as NF4: taken over as is (same bits, no requantization). */
+static int load_prequantized(qlt_model *m, const qlt_st_dir *d, const char *dir, const char *module, int64_t rows,
+                             int64_t cols, qlt_weight *w) {
+    qlt_nf4 q;
+    int64_t shape[QLT_MAX_DIMS];
+    int ndim;
+    qlt_dtype orig;
+    if (qlt_bnb_read_module(d, module, &q, shape, &ndim, &orig) != 0) return qlt_fail_context("%s", dir);
+    if (ndim != 2 || shape[0] != rows || shape[1] != cols) {
+        qlt_nf4_free_host(&q);
+        return qlt_fail("%s: quantized module '%s' has shape [%lld, %lld]; config.json implies [%lld, %lld]", dir, module,
+                        (long long)shape[0], (long long)(ndim > 1 ? shape[1] : 0), (long long)rows, (long long)cols);
+    }
+    if (m->be->weight_from_nf4(m->be, w, &q, rows, cols) != 0) {
+        qlt_nf4_free_host(&q);
+        return qlt_fail_context("%s: module '%s'", dir, module);
+    }
+    return 0;
+}
+
 int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_model_load_opts *opts) {
     memset(m, 0, sizeof *m);
     m->be = be;
     QLT_TRY(qlt_model_config_load(&m->cfg, dir));
     const qlt_model_config *c = &m->cfg;
-    if (c->pre_quantized)
-        return qlt_fail("%s: bitsandbytes 4-bit checkpoints are loaded by the NF4 loader, which this build lacks",
-                        dir);
+    qlt_bnb_config bnb;
+    int pre_quantized = qlt_bnb_detect(dir, &bnb);
+    if (pre_quantized < 0) return -1;
     qlt_st_dir d;
     QLT_TRY(qlt_st_dir_open(&d, dir));
     int rc = -1;
@@ -92,7 +114,13 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
         snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
         if (load_vector(m, &d, dir, name, h, &L->mlp_norm)) goto done;
         for (int p = 0; p < QLT_PROJ_COUNT; p++) {
-            snprintf(name, sizeof name, "model.layers.%d.%s.%s.weight", l, qlt_proj_parent(p), qlt_proj_name(p));
+            snprintf(name, sizeof name, "model.layers.%d.%s.%s", l, qlt_proj_parent(p), qlt_proj_name(p));
+            if (pre_quantized && qlt_bnb_module_is_quantized(&d, name)) {
+                if (load_prequantized(m, &d, dir, name, proj_shape[p][0], proj_shape[p][1], &L->proj[p])) goto done;
+                m->quantized = 1;
+                continue;
+            }
+            strcat(name, ".weight");
             if (load_matrix(m, &d, dir, name, proj_shape[p][0], proj_shape[p][1], blocksize, dq, &L->proj[p])) goto done;
         }
         if (c->attention_bias) {

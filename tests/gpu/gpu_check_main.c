@@ -8,7 +8,12 @@
 #include "gpu_check.h"
 
 /* ---- the list of checks: one line per check function ---- */
-#define GPU_CHECKS(X) /* X(name, function) */
+#define GPU_CHECKS(X) /* X(name, function) */ \
+    X("nf4_rcp", check_nf4_rcp) \
+    X("nf4_quantize", check_nf4_quantize) \
+    X("nf4_bandwidth", check_nf4_bandwidth) \
+    X("nf4_bnb", check_nf4_bnb) \
+    X("nf4_bnb_ckpt", check_nf4_bnb_ckpt)
 
 #define DECLARE(name, fn) void fn(void);
 GPU_CHECKS(DECLARE)

@@ -1,0 +1,87 @@
+/* cmd_inspect.c: `qlora-train inspect MODEL_DIR`: architecture, parameter counts, every tensor, bytes per
+ * dtype, and what the frozen base takes in NF4 (with and without double quantization). Reads headers
+ * only (the files are mmapped, never loaded). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "cpu/nf4.h"
+#include "io/safetensors.h"
+#include "model/model_config.h"
+
+/* A projection weight that NF4 quantizes (embeddings, norms, lm_head stay as stored). */
+static int is_linear_weight(const qlt_st_tensor *t) {
+    static const char *suffixes[] = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
+                                     "gate_proj.weight", "up_proj.weight", "down_proj.weight"};
+    size_t n = strlen(t->name);
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        size_t l = strlen(suffixes[i]);
+        if (n > l && strcmp(t->name + n - l, suffixes[i]) == 0 && t->ndim == 2) return 1;
+    }
+    return 0;
+}
+
+static double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
+int qlt_cmd_inspect(int argc, char **argv) {
+    if (argc != 2 || strcmp(argv[1], "--help") == 0) {
+        printf("usage: qlora-train inspect MODEL_DIR\n\nPrints the architecture, parameter counts, tensors, bytes "
+               "per dtype and the NF4 footprint of a Hugging Face model directory.\n");
+        return argc == 2 ? 0 : 2;
+    }
+    const char *dir = argv[1];
+    qlt_model_config mc;
+    if (qlt_model_config_load(&mc, dir) != 0) return qlt_cli_report_error();
+    printf("model: %s\n", dir);
+    printf("architecture: %s  layers %d  hidden %d  heads %d / kv %d  head_dim %d  intermediate %d  vocab %d\n",
+           mc.arch_name, mc.n_layers, mc.hidden, mc.n_heads, mc.n_kv_heads, mc.head_dim, mc.intermediate, mc.vocab);
+    printf("rope: theta %g%s  rms_eps %g  tied embeddings: %s  qkv bias: %s  qk norm: %s\n", mc.rope_theta,
+           mc.rope_type == QLT_ROPE_LLAMA3 ? " (llama3 scaling)" : "", mc.rms_eps, mc.tie_word_embeddings ? "yes" : "no",
+           mc.attention_bias ? "yes" : "no", mc.qk_norm ? "yes" : "no");
+    printf("parameters (from config): %lld total, %lld in linear layers\n", (long long)qlt_model_total_params(&mc),
+           (long long)qlt_model_linear_params(&mc));
+    qlt_st_dir d;
+    if (qlt_st_dir_open(&d, dir) != 0) {
+        printf("(no safetensors files: %s)\n", qlt_error());
+        return 0;
+    }
+    int64_t bytes_by_dtype[QLT_DTYPE_COUNT] = {0}, count_by_dtype[QLT_DTYPE_COUNT] = {0};
+    int64_t total_bytes = 0, linear_bytes = 0, nf4_bytes = 0, nf4_dq_bytes = 0, n_tensors = 0, n_params = 0;
+    printf("\ntensors:\n");
+    for (int f = 0; f < d.n_files; f++) {
+        for (int i = 0; i < d.files[f].n_tensors; i++) {
+            const qlt_st_tensor *t = &d.files[f].tensors[i];
+            char shape[96] = "";
+            for (int k = 0; k < t->ndim; k++)
+                snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", k ? ", " : "", (long long)t->shape[k]);
+            printf("  %-60s %-5s [%s]\n", t->name, qlt_dtype_name(t->dtype), shape);
+            bytes_by_dtype[t->dtype] += (int64_t)t->nbytes;
+            count_by_dtype[t->dtype]++;
+            total_bytes += (int64_t)t->nbytes;
+            n_tensors++;
+            n_params += t->numel;
+            if (is_linear_weight(t)) {
+                linear_bytes += (int64_t)t->nbytes;
+                nf4_bytes += qlt_nf4_bytes(t->numel, 64, 0);
+                nf4_dq_bytes += qlt_nf4_bytes(t->numel, 64, 1);
+            } else {
+                nf4_bytes += (int64_t)t->nbytes;
+                nf4_dq_bytes += (int64_t)t->nbytes;
+            }
+        }
+    }
+    printf("\n%lld tensors in %d file(s), %lld parameters, %.3f GiB\n", (long long)n_tensors, d.n_files,
+           (long long)n_params, gib((double)total_bytes));
+    for (int t = 0; t < QLT_DTYPE_COUNT; t++)
+        if (count_by_dtype[t])
+            printf("  %-5s %6lld tensors  %14lld bytes  (%.3f GiB)\n", qlt_dtype_name((qlt_dtype)t),
+                   (long long)count_by_dtype[t], (long long)bytes_by_dtype[t], gib((double)bytes_by_dtype[t]));
+    printf("linear layers: %lld bytes (%.3f GiB) as stored\n", (long long)linear_bytes, gib((double)linear_bytes));
+    printf("NF4 (block 64) whole model: %lld bytes (%.3f GiB); with double quantization: %lld bytes (%.3f GiB)\n",
+           (long long)nf4_bytes, gib((double)nf4_bytes), (long long)nf4_dq_bytes, gib((double)nf4_dq_bytes));
+    printf("NF4 + double quant, linear layers only: %lld bytes (%.3f GiB)\n",
+           (long long)(nf4_dq_bytes - (total_bytes - linear_bytes)), gib((double)(nf4_dq_bytes - (total_bytes - linear_bytes))));
+    qlt_st_dir_close(&d);
+    return 0;
+}

@@ -1,0 +1,287 @@
+/* cmd_quantize.c: `qlora-train quantize MODEL_DIR OUT_DIR` writes a bitsandbytes 4-bit NF4 checkpoint
+ * (the tensors transformers + bitsandbytes save, and config.json with quantization_config) that
+ * transformers loads, and that qlora-train loads without quantizing again.
+ *
+ * Streams tensor by tensor: each linear weight (self_attn q/k/v/o_proj, mlp gate/up/down_proj) is read
+ * from the mmapped input, quantized, and added to the current output shard; every other tensor (embeddings,
+ * norms, lm_head, biases) is copied unchanged. A shard is written once it passes --max-shard-size, so host
+ * memory stays about one shard. Everything is written into OUT_DIR.tmp-<pid> and renamed at the end. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "cpu/nf4.h"
+#include "io/bnb_checkpoint.h"
+#include "io/fileutil.h"
+#include "io/safetensors.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: qlora-train quantize MODEL_DIR OUT_DIR [--blocksize 64] [--no-double-quant]\n"
+            "                            [--max-shard-size 5GB]\n\n"
+            "Writes OUT_DIR: the model with every linear layer (q/k/v/o/gate/up/down_proj) in bitsandbytes'\n"
+            "4-bit NF4 format (double quantization on by default), other tensors unchanged, config.json with\n"
+            "quantization_config, and the tokenizer files. transformers + bitsandbytes load it; so does\n"
+            "qlora-train (model.path: OUT_DIR, model.quant: nf4).\n");
+}
+
+static const char *const linear_suffixes[] = {
+    ".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight",
+    ".self_attn.o_proj.weight", ".mlp.gate_proj.weight",    ".mlp.up_proj.weight",
+    ".mlp.down_proj.weight",
+};
+
+static int is_linear_weight(const qlt_st_tensor *t) {
+    size_t n = strlen(t->name);
+    for (size_t i = 0; i < sizeof linear_suffixes / sizeof *linear_suffixes; i++) {
+        size_t m = strlen(linear_suffixes[i]);
+        if (n > m && strcmp(t->name + n - m, linear_suffixes[i]) == 0)
+            return t->ndim == 2 && (t->dtype == QLT_DTYPE_F32 || t->dtype == QLT_DTYPE_F16 || t->dtype == QLT_DTYPE_BF16);
+    }
+    return 0;
+}
+
+static int parse_size(const char *s, int64_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v <= 0) return -1;
+    if (!strcasecmp(end, "") || !strcasecmp(end, "B")) *out = (int64_t)v;
+    else if (!strcasecmp(end, "KB")) *out = (int64_t)(v * 1e3);
+    else if (!strcasecmp(end, "MB")) *out = (int64_t)(v * 1e6);
+    else if (!strcasecmp(end, "GB")) *out = (int64_t)(v * 1e9);
+    else return -1;
+    return 0;
+}
+
+typedef struct shards {
+    char *dir;            /* the temporary output directory */
+    qlt_st_writer w;      /* the shard being filled */
+    int64_t w_bytes, max_bytes, total_bytes;
+    int n;                /* shards written */
+    cJSON *weight_map;    /* tensor name -> shard number (renamed at the end) */
+} shards;
+
+static int shard_flush(shards *s) {
+    if (s->w.n == 0) return 0;
+    char name[64];
+    snprintf(name, sizeof name, "shard-%05d.tmp", s->n);
+    char *path = qlt_path_join(s->dir, name);
+    for (int i = 0; i < s->w.n; i++) cJSON_AddNumberToObject(s->weight_map, s->w.items[i].name, s->n);
+    qlt_st_writer_set_metadata(&s->w, "{\"format\":\"pt\"}");
+    int rc = qlt_st_writer_write(&s->w, path);
+    free(path);
+    qlt_st_writer_free(&s->w);
+    qlt_st_writer_init(&s->w);
+    s->w_bytes = 0;
+    s->n++;
+    return rc;
+}
+
+static int shard_account(shards *s, int64_t bytes) {
+    s->w_bytes += bytes;
+    s->total_bytes += bytes;
+    return s->w_bytes >= s->max_bytes ? shard_flush(s) : 0;
+}
+
+/* Renames shard-K.tmp to model.safetensors (one shard) or model-0000K-of-0000N.safetensors + index. */
+static int shard_finish(shards *s) {
+    QLT_TRY(shard_flush(s));
+    char from[64], to[64];
+    for (int k = 0; k < s->n; k++) {
+        snprintf(from, sizeof from, "shard-%05d.tmp", k);
+        if (s->n == 1) snprintf(to, sizeof to, "model.safetensors");
+        else snprintf(to, sizeof to, "model-%05d-of-%05d.safetensors", k + 1, s->n);
+        char *a = qlt_path_join(s->dir, from), *b = qlt_path_join(s->dir, to);
+        int rc = rename(a, b);
+        free(a);
+        free(b);
+        if (rc != 0) return qlt_fail("%s: cannot rename %s to %s: %s", s->dir, from, to, strerror(errno));
+    }
+    if (s->n <= 1) return 0;
+    cJSON *index = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(index, "metadata");
+    cJSON_AddNumberToObject(meta, "total_size", (double)s->total_bytes);
+    cJSON *map = cJSON_AddObjectToObject(index, "weight_map");
+    for (cJSON *it = s->weight_map->child; it; it = it->next) {
+        snprintf(to, sizeof to, "model-%05d-of-%05d.safetensors", (int)it->valuedouble + 1, s->n);
+        cJSON_AddStringToObject(map, it->string, to);
+    }
+    char *text = cJSON_Print(index);
+    char *path = qlt_path_join(s->dir, "model.safetensors.index.json");
+    int rc = qlt_write_file_atomic(path, text, strlen(text));
+    free(path);
+    free(text);
+    cJSON_Delete(index);
+    return rc;
+}
+
+static const char *config_dtype(const cJSON *cfg) {
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(cfg, "torch_dtype");
+    if (!cJSON_IsString(d)) d = cJSON_GetObjectItemCaseSensitive(cfg, "dtype");
+    if (cJSON_IsString(d) && (!strcmp(d->valuestring, "bfloat16") || !strcmp(d->valuestring, "float16")))
+        return d->valuestring;
+    return "float32";
+}
+
+/* config.json + quantization_config as transformers' BitsAndBytesConfig.to_dict() writes it. */
+static int write_config(const char *in_dir, const char *out_dir, int double_quant) {
+    char *path = qlt_path_join(in_dir, "config.json"), *text = NULL;
+    size_t len;
+    if (qlt_read_file(path, &text, &len) != 0) {
+        free(path);
+        return -1;
+    }
+    cJSON *cfg = cJSON_Parse(text);
+    free(text);
+    if (!cfg || !cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        int rc = qlt_fail("%s: not a JSON object", path);
+        free(path);
+        return rc;
+    }
+    free(path);
+    cJSON *qc = cJSON_CreateObject();
+    cJSON_AddTrueToObject(qc, "_load_in_4bit");
+    cJSON_AddFalseToObject(qc, "_load_in_8bit");
+    cJSON_AddStringToObject(qc, "bnb_4bit_compute_dtype", config_dtype(cfg));
+    cJSON_AddStringToObject(qc, "bnb_4bit_quant_storage", "uint8");
+    cJSON_AddStringToObject(qc, "bnb_4bit_quant_type", "nf4");
+    cJSON_AddBoolToObject(qc, "bnb_4bit_use_double_quant", double_quant);
+    cJSON_AddFalseToObject(qc, "llm_int8_enable_fp32_cpu_offload");
+    cJSON_AddFalseToObject(qc, "llm_int8_has_fp16_weight");
+    cJSON_AddNullToObject(qc, "llm_int8_skip_modules");
+    cJSON_AddRawToObject(qc, "llm_int8_threshold", "6.0");
+    cJSON_AddTrueToObject(qc, "load_in_4bit");
+    cJSON_AddFalseToObject(qc, "load_in_8bit");
+    cJSON_AddStringToObject(qc, "quant_method", "bitsandbytes");
+    cJSON_AddItemToObject(cfg, "quantization_config", qc);
+    char *out = cJSON_Print(cfg);
+    size_t n = strlen(out);
+    out = qlt_xrealloc(out, n + 2);
+    out[n] = '\n';
+    out[n + 1] = 0;
+    char *opath = qlt_path_join(out_dir, "config.json");
+    int rc = qlt_write_file_atomic(opath, out, n + 1);
+    free(opath);
+    free(out);
+    cJSON_Delete(cfg);
+    return rc;
+}
+
+static int copy_if_present(const char *in_dir, const char *out_dir, const char *name) {
+    char *src = qlt_path_join(in_dir, name);
+    int rc = 0;
+    if (qlt_file_exists(src)) {
+        char *data = NULL, *dst = qlt_path_join(out_dir, name);
+        size_t len = 0;
+        rc = qlt_read_file(src, &data, &len);
+        if (rc == 0) rc = qlt_write_file_atomic(dst, data, len);
+        free(data);
+        free(dst);
+    }
+    free(src);
+    return rc;
+}
+
+static int quantize_dir(const char *in_dir, const char *tmp_dir, int blocksize, int double_quant, int64_t max_shard,
+                        int *n_quantized) {
+    qlt_bnb_config bc;
+    int q = qlt_bnb_detect(in_dir, &bc);
+    if (q < 0) return -1;
+    if (q == 1) return qlt_fail("%s is already a bitsandbytes 4-bit checkpoint: nothing to quantize", in_dir);
+    qlt_st_dir d;
+    QLT_TRY(qlt_st_dir_open(&d, in_dir));
+    shards s = {0};
+    s.dir = (char *)tmp_dir;
+    s.max_bytes = max_shard;
+    s.weight_map = cJSON_CreateObject();
+    qlt_st_writer_init(&s.w);
+    int rc = 0;
+    *n_quantized = 0;
+    for (int fi = 0; fi < d.n_files && rc == 0; fi++) {
+        const qlt_st_file *f = &d.files[fi];
+        for (int ti = 0; ti < f->n_tensors && rc == 0; ti++) {
+            const qlt_st_tensor *t = &f->tensors[ti];
+            if (!is_linear_weight(t)) {
+                qlt_st_writer_add(&s.w, t->name, t->dtype, t->ndim, t->shape, t->data);
+                rc = shard_account(&s, (int64_t)t->nbytes);
+                continue;
+            }
+            qlt_nf4 nf;
+            if (qlt_nf4_alloc_host(&nf, t->numel, blocksize, double_quant) != 0) {
+                rc = qlt_fail_context("%s: tensor '%s'", f->path, t->name);
+                break;
+            }
+            qlt_nf4_quantize(&nf, t->data, t->dtype);
+            char module[512];
+            snprintf(module, sizeof module, "%.*s", (int)(strlen(t->name) - strlen(".weight")), t->name);
+            qlt_bnb_write_module(&s.w, module, &nf, t->shape, t->ndim, t->dtype);
+            qlt_nf4_free_host(&nf);
+            (*n_quantized)++;
+            rc = shard_account(&s, qlt_nf4_bytes(t->numel, blocksize, double_quant));
+        }
+    }
+    if (rc == 0) rc = shard_finish(&s);
+    qlt_st_writer_free(&s.w);
+    cJSON_Delete(s.weight_map);
+    qlt_st_dir_close(&d);
+    return rc;
+}
+
+int qlt_cmd_quantize(int argc, char **argv) {
+    const char *pos[2] = {NULL, NULL};
+    int npos = 0, blocksize = QLT_NF4_DEFAULT_BLOCKSIZE, double_quant = 1;
+    int64_t max_shard = (int64_t)5e9;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--blocksize") && i + 1 < argc) {
+            blocksize = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--no-double-quant")) {
+            double_quant = 0;
+        } else if (!strcmp(argv[i], "--max-shard-size") && i + 1 < argc) {
+            if (parse_size(argv[++i], &max_shard) != 0) {
+                qlt_fail("--max-shard-size '%s': give a size like 5GB or 500MB", argv[i]);
+                return qlt_cli_report_error();
+            }
+        } else if (argv[i][0] == '-' || npos == 2) {
+            fprintf(stderr, "qlora-train: error: quantize: unexpected argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else {
+            pos[npos++] = argv[i];
+        }
+    }
+    if (npos != 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (qlt_nf4_check_blocksize(blocksize) != 0) return qlt_cli_report_error();
+    const char *in_dir = pos[0], *out_dir = pos[1];
+    if (qlt_dir_exists(out_dir) || qlt_file_exists(out_dir)) {
+        qlt_fail("%s already exists: give a new directory for the quantized model", out_dir);
+        return qlt_cli_report_error();
+    }
+    char tmp_dir[4096];
+    snprintf(tmp_dir, sizeof tmp_dir, "%s.tmp-%d", out_dir, (int)getpid());
+    if (qlt_mkdirs(tmp_dir) != 0) return qlt_cli_report_error();
+    int n_quantized = 0;
+    int rc = quantize_dir(in_dir, tmp_dir, blocksize, double_quant, max_shard, &n_quantized);
+    if (rc == 0) rc = write_config(in_dir, tmp_dir, double_quant);
+    static const char *const extra[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                        "generation_config.json", "tokenizer.model", "vocab.json", "merges.txt"};
+    for (size_t i = 0; rc == 0 && i < sizeof extra / sizeof *extra; i++) rc = copy_if_present(in_dir, tmp_dir, extra[i]);
+    if (rc == 0) rc = qlt_commit_dir(tmp_dir, out_dir);
+    if (rc != 0) {
+        qlt_remove_tree(tmp_dir);
+        return qlt_cli_report_error();
+    }
+    fprintf(stderr, "quantize: %d linear layers in NF4 (blocksize %d, double quant %s) -> %s\n", n_quantized,
+            blocksize, double_quant ? "on" : "off", out_dir);
+    return 0;
+}
