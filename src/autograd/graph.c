@@ -89,6 +89,10 @@ static qlt_node *push_node(qlt_graph *g, qlt_node_kind kind) {
 
 #define RUN (!g->planning)
 
+void qlt_graph_phase(qlt_graph *g, qlt_phase p) {
+    if (!g->planning && g->be->phase) g->be->phase(g->be, p);
+}
+
 int qlt_ag_rmsnorm(qlt_graph *g, int x, const float *w, int64_t n, int64_t d, float eps) {
     int y = qlt_graph_value(g, NULL, n * d, g->values[x].needs_grad);
     float *rstd = qlt_graph_alloc(g, sizeof(float) * (size_t)n);
@@ -99,6 +103,7 @@ int qlt_ag_rmsnorm(qlt_graph *g, int x, const float *w, int64_t n, int64_t d, fl
     node->u.norm.w = w;
     node->u.norm.n = n;
     node->u.norm.d = d;
+    qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
     if (RUN) g->be->rmsnorm_fwd(g->be, g->values[y].data, rstd, g->values[x].data, w, n, d, eps);
     return y;
 }
@@ -111,6 +116,7 @@ int qlt_ag_linear(qlt_graph *g, int x, const qlt_weight *w, const float *bias, c
     node->out = y;
     node->u.linear.w = w;
     node->u.linear.n = n;
+    qlt_graph_phase(g, QLT_PHASE_FWD_GEMM);
     if (RUN) be->linear_fwd(be, g->values[y].data, g->values[x].data, w, bias, n);
     if (lora) {
         node->u.linear.has_lora = 1;
@@ -119,9 +125,11 @@ int qlt_ag_linear(qlt_graph *g, int x, const qlt_weight *w, const float *bias, c
         const void *xin = g->values[x].data;
         if (lora->dropout > 0) {
             node->u.linear.x_drop = qlt_graph_alloc(g, act_bytes(g, n * w->cols));
+            qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
             if (RUN) be->dropout(be, node->u.linear.x_drop, xin, n * w->cols, lora->dropout, lora->dropout_seed, 0);
             xin = node->u.linear.x_drop;
         }
+        qlt_graph_phase(g, QLT_PHASE_LORA);
         if (RUN)
             be->lora_fwd(be, g->values[y].data, node->u.linear.u, xin, lora->a, lora->b, n, w->cols, w->rows, lora->r,
                          lora->scale);
@@ -139,6 +147,7 @@ int qlt_ag_rope(qlt_graph *g, int x, const int32_t *pos, const float *inv_freq, 
     node->u.rope.n = n;
     node->u.rope.heads = heads;
     node->u.rope.head_dim = head_dim;
+    qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
     if (RUN) g->be->rope(g->be, g->values[y].data, pos, inv_freq, n, heads, head_dim, 0);
     return y;
 }
@@ -162,6 +171,7 @@ int qlt_ag_attention(qlt_graph *g, int q, int k, int v, const int32_t *seg_start
     node->u.attn.n_kv_heads = n_kv_heads;
     node->u.attn.head_dim = head_dim;
     node->u.attn.scale = scale;
+    qlt_graph_phase(g, QLT_PHASE_ATTENTION);
     if (RUN)
         g->be->attention_fwd(g->be, g->values[o].data, lse, g->values[q].data, g->values[k].data, g->values[v].data,
                              seg_start, batch, seq, n_heads, n_kv_heads, head_dim, scale);
@@ -175,6 +185,7 @@ int qlt_ag_swiglu(qlt_graph *g, int gate, int up) {
     node->in[0] = gate;
     node->in[1] = up;
     node->out = h;
+    qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
     if (RUN) g->be->swiglu_fwd(g->be, g->values[h].data, g->values[gate].data, g->values[up].data, g->values[h].count);
     return h;
 }
@@ -186,6 +197,7 @@ int qlt_ag_add(qlt_graph *g, int a, int b) {
     node->in[0] = a;
     node->in[1] = b;
     node->out = y;
+    qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
     if (RUN) g->be->add(g->be, g->values[y].data, g->values[a].data, g->values[b].data, g->values[y].count);
     return y;
 }
@@ -210,11 +222,13 @@ static void backward_linear(qlt_graph *g, const qlt_node *node) {
     float beta = 0;
     if (want_dx) {
         beta = grad_beta(g, x);
+        qlt_graph_phase(g, QLT_PHASE_BWD_GEMM);
         if (RUN) be->linear_bwd_x(be, g->values[x].grad, y->grad, w, n, beta);
     }
     if (!node->u.linear.has_lora) return;
     const qlt_lora_ref *l = &node->u.linear.lora;
     float *scratch = qlt_graph_alloc(g, sizeof(float) * (size_t)(n * l->r));
+    qlt_graph_phase(g, QLT_PHASE_LORA);
     if (l->dropout > 0) {
         /* the LoRA input was dropout(x): its gradient passes back through the same mask */
         void *dxl = want_dx ? qlt_graph_alloc(g, act_bytes(g, n * w->cols)) : NULL;
@@ -222,6 +236,7 @@ static void backward_linear(qlt_graph *g, const qlt_node *node) {
             be->lora_bwd(be, dxl, l->da, l->db, scratch, y->grad, node->u.linear.x_drop, node->u.linear.u, l->a, l->b,
                          n, w->cols, w->rows, l->r, l->scale, 0.0f);
         if (want_dx && RUN) {
+            qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
             be->dropout(be, dxl, dxl, n * w->cols, l->dropout, l->dropout_seed, 0);
             be->add(be, g->values[x].grad, g->values[x].grad, dxl, n * w->cols);
         }
@@ -240,6 +255,7 @@ static void backward_node(qlt_graph *g, const qlt_node *node) {
         int x = node->in[0];
         if (!g->values[x].needs_grad) return;
         float beta = grad_beta(g, x);
+        qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
         if (RUN)
             be->rmsnorm_bwd(be, g->values[x].grad, y->grad, g->values[x].data, node->u.norm.rstd, node->u.norm.w,
                             node->u.norm.n, node->u.norm.d, beta);
@@ -250,6 +266,7 @@ static void backward_node(qlt_graph *g, const qlt_node *node) {
         /* the rotation happened in place: rotate the gradient back in place and hand it to the input */
         qlt_value *x = &g->values[node->in[0]];
         QLT_ASSERT(!x->grad_ready);
+        qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
         if (RUN)
             be->rope(be, y->grad, node->u.rope.pos, node->u.rope.inv_freq, node->u.rope.n, node->u.rope.heads,
                      node->u.rope.head_dim, 1);
@@ -265,6 +282,7 @@ static void backward_node(qlt_graph *g, const qlt_node *node) {
         grad_beta(g, v);
         int64_t n = (int64_t)node->u.attn.batch * node->u.attn.seq;
         float *scratch = qlt_graph_alloc(g, sizeof(float) * (size_t)(n * node->u.attn.n_heads));
+        qlt_graph_phase(g, QLT_PHASE_ATTENTION);
         if (RUN)
             be->attention_bwd(be, g->values[q].grad, g->values[k].grad, g->values[v].grad, scratch, y->grad, y->data,
                               node->u.attn.lse, g->values[q].data, g->values[k].data, g->values[v].data,
@@ -277,6 +295,7 @@ static void backward_node(qlt_graph *g, const qlt_node *node) {
         QLT_ASSERT(!g->values[gate].grad_ready && !g->values[up].grad_ready);
         grad_beta(g, gate);
         grad_beta(g, up);
+        qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
         if (RUN)
             be->swiglu_bwd(be, g->values[gate].grad, g->values[up].grad, y->grad, g->values[gate].data,
                            g->values[up].data, y->count);
@@ -287,6 +306,7 @@ static void backward_node(qlt_graph *g, const qlt_node *node) {
             int x = node->in[i];
             if (!g->values[x].needs_grad) continue;
             float beta = grad_beta(g, x);
+            qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
             if (!RUN) continue;
             if (beta != 0) be->add(be, g->values[x].grad, g->values[x].grad, y->grad, y->count);
             else be->copy(be, g->values[x].grad, y->grad, y->count);

@@ -94,6 +94,9 @@ int qlt_ag_attention(qlt_graph *g, int q, int k, int v, const int32_t *seg_start
 int qlt_ag_swiglu(qlt_graph *g, int gate, int up);
 int qlt_ag_add(qlt_graph *g, int a, int b);
 
+/* Marks the start of a phase for the backend's profiler (no-op unless profiling; skipped while planning). */
+void qlt_graph_phase(qlt_graph *g, qlt_phase p);
+
 /* Runs the recorded backward in reverse, starting from values whose grad is ready. */
 void qlt_graph_backward(qlt_graph *g);
 

@@ -8,6 +8,7 @@ const qlt_command qlt_commands[] = {
     {"eval", "loss and perplexity of a model (+ adapter) on a dataset", qlt_cmd_eval},
     {"inspect", "architecture, tensors, bytes and NF4 footprint of a model directory", qlt_cmd_inspect},
     {"tokenize", "encode text to token ids or decode ids (tokenizer.json), or benchmark the tokenizer", qlt_cmd_tokenize},
+    {"bench", "tokens/s, memory, MFU and time breakdown on a random-weight model of a config.json", qlt_cmd_bench},
     {"quantize", "write a bitsandbytes 4-bit NF4 checkpoint of a model", qlt_cmd_quantize},
     {NULL, NULL, NULL},
 };

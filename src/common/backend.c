@@ -25,3 +25,9 @@ qlt_backend *qlt_backend_create(const char *device, int threads) {
     qlt_fail("train.device: '%s' is not one of auto, cpu, cuda", device);
     return NULL;
 }
+
+const char *qlt_phase_name(qlt_phase p) {
+    static const char *names[QLT_PHASE_COUNT] = {"forward GEMMs", "backward GEMMs", "LoRA", "attention", "loss",
+                                                 "elementwise", "NF4 dequant", "optimizer", "other"};
+    return p >= 0 && p < QLT_PHASE_COUNT ? names[p] : "?";
+}

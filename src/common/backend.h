@@ -40,6 +40,22 @@ typedef enum qlt_backward_a {
     QLT_BACKWARD_A_FP32,
 } qlt_backward_a;
 
+/* Phases of a step for the time breakdown of `qlora-train bench`. */
+typedef enum qlt_phase {
+    QLT_PHASE_FWD_GEMM = 0, /* frozen-weight GEMMs of the forward */
+    QLT_PHASE_BWD_GEMM,     /* dX = dY . W of the backward */
+    QLT_PHASE_LORA,         /* LoRA side products, forward and backward */
+    QLT_PHASE_ATTENTION,
+    QLT_PHASE_LOSS,         /* fused lm_head + cross-entropy */
+    QLT_PHASE_ELEMENTWISE,  /* norms, rope, swiglu, adds, embedding, dropout */
+    QLT_PHASE_DEQUANT,      /* NF4 -> bf16 (inside the linear ops) */
+    QLT_PHASE_OPTIMIZER,    /* gradient norm + AdamW */
+    QLT_PHASE_OTHER,        /* uploads, zeroing, anything unmarked */
+    QLT_PHASE_COUNT
+} qlt_phase;
+
+const char *qlt_phase_name(qlt_phase p);
+
 typedef struct qlt_backend qlt_backend;
 struct qlt_backend {
     const char *name;     /* "cpu" or "cuda" */
@@ -54,6 +70,15 @@ struct qlt_backend {
     void (*download)(qlt_backend *be, void *dst_host, const void *src, size_t bytes); /* synchronous */
     void (*sync)(qlt_backend *be);
     void (*destroy)(qlt_backend *be);
+    /* Profiling (for `bench`): while on, the time between consecutive phase marks is charged to the
+     * earlier phase. profile_read synchronizes and returns the milliseconds per phase since profile_on. */
+    void (*profile_on)(qlt_backend *be, int on);
+    void (*phase)(qlt_backend *be, qlt_phase p); /* cheap no-op when profiling is off */
+    void (*profile_read)(qlt_backend *be, double ms[QLT_PHASE_COUNT]);
+    /* Peak bytes of backend memory allocated so far (0 if unknown). */
+    size_t (*peak_bytes)(qlt_backend *be);
+    /* Measured dense bf16 GEMM rate in TFLOP/s (the MFU denominator), or NULL when not applicable. */
+    double (*gemm_peak_tflops)(qlt_backend *be);
     /* Uploads a frozen weight given as host values of `dtype` [rows, cols], quantizing to NF4 when
      * `nf4_blocksize` > 0. Fills *w; returns 0 or -1 with qlt_fail. */
     int (*weight_create)(qlt_backend *be, qlt_weight *w, const void *host, qlt_dtype dtype, int64_t rows,

@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/backend.h"
 #include "common/error.h"
@@ -13,14 +14,64 @@
 typedef struct cpu_impl {
     float *dequant;        /* scratch for one dequantized NF4 weight */
     int64_t dequant_cap;   /* elements */
+    int profiling;
+    qlt_phase current;
+    double mark;           /* time of the last phase mark */
+    double ms[QLT_PHASE_COUNT];
+    size_t live_bytes, peak_bytes;
 } cpu_impl;
 
+/* Every allocation carries its size in a 64-byte header, for the peak-memory figure. */
+#define CPU_ALLOC_HEADER 64
+
 static void *cpu_alloc(qlt_backend *be, size_t bytes) {
+    cpu_impl *impl = be->impl;
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
-    return p;
+    if (posix_memalign(&p, 64, bytes + CPU_ALLOC_HEADER) != 0) return NULL;
+    *(size_t *)p = bytes;
+    impl->live_bytes += bytes;
+    if (impl->live_bytes > impl->peak_bytes) impl->peak_bytes = impl->live_bytes;
+    return (char *)p + CPU_ALLOC_HEADER;
 }
-static void cpu_free(qlt_backend *be, void *p) { free(p); }
+
+static void cpu_free(qlt_backend *be, void *p) {
+    if (!p) return;
+    cpu_impl *impl = be->impl;
+    char *base = (char *)p - CPU_ALLOC_HEADER;
+    impl->live_bytes -= *(size_t *)base;
+    free(base);
+}
+
+static size_t cpu_peak_bytes(qlt_backend *be) { return ((cpu_impl *)be->impl)->peak_bytes; }
+
+static double wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static void cpu_phase(qlt_backend *be, qlt_phase p) {
+    cpu_impl *impl = be->impl;
+    if (!impl->profiling) return;
+    double now = wall_ms();
+    impl->ms[impl->current] += now - impl->mark;
+    impl->mark = now;
+    impl->current = p;
+}
+
+static void cpu_profile_on(qlt_backend *be, int on) {
+    cpu_impl *impl = be->impl;
+    memset(impl->ms, 0, sizeof impl->ms);
+    impl->profiling = on;
+    impl->current = QLT_PHASE_OTHER;
+    impl->mark = wall_ms();
+}
+
+static void cpu_profile_read(qlt_backend *be, double ms[QLT_PHASE_COUNT]) {
+    cpu_impl *impl = be->impl;
+    cpu_phase(be, impl->current);
+    memcpy(ms, impl->ms, sizeof impl->ms);
+}
 static void cpu_upload(qlt_backend *be, void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
 static void cpu_download(qlt_backend *be, void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
 static void cpu_sync(qlt_backend *be) {}
@@ -38,7 +89,10 @@ static const float *cpu_weight_f32(qlt_backend *be, const qlt_weight *w) {
     QLT_ASSERT(w->format == QLT_WFORMAT_NF4);
     cpu_impl *impl = be->impl;
     QLT_ASSERT(w->rows * w->cols <= impl->dequant_cap);
+    qlt_phase was = impl->current;
+    cpu_phase(be, QLT_PHASE_DEQUANT);
     qlt_nf4_dequantize_f32(&w->nf4, impl->dequant);
+    cpu_phase(be, was);
     return impl->dequant;
 }
 
@@ -62,7 +116,13 @@ static int cpu_weight_create(qlt_backend *be, qlt_weight *w, const void *host, q
     qlt_convert_to_f32(dense, host, dtype, (size_t)numel);
     if (nf4_blocksize <= 0) {
         w->format = QLT_WFORMAT_F32;
-        w->data = dense;
+        w->data = cpu_alloc(be, sizeof(float) * (size_t)numel);
+        if (!w->data) {
+            free(dense);
+            return qlt_fail("out of host memory for a [%lld, %lld] weight", (long long)rows, (long long)cols);
+        }
+        memcpy(w->data, dense, sizeof(float) * (size_t)numel);
+        free(dense);
         return 0;
     }
     w->format = QLT_WFORMAT_NF4;
@@ -88,7 +148,7 @@ static int cpu_weight_from_nf4(qlt_backend *be, qlt_weight *w, qlt_nf4 *host, in
 
 static void cpu_weight_free(qlt_backend *be, qlt_weight *w) {
     if (w->format == QLT_WFORMAT_NF4) qlt_nf4_free_host(&w->nf4);
-    else free(w->data);
+    else cpu_free(be, w->data);
     memset(w, 0, sizeof *w);
 }
 
@@ -228,6 +288,10 @@ qlt_backend *qlt_backend_cpu_create(int threads) {
     be->download = cpu_download;
     be->sync = cpu_sync;
     be->destroy = cpu_destroy;
+    be->profile_on = cpu_profile_on;
+    be->phase = cpu_phase;
+    be->profile_read = cpu_profile_read;
+    be->peak_bytes = cpu_peak_bytes;
     be->weight_create = cpu_weight_create;
     be->weight_from_nf4 = cpu_weight_from_nf4;
     be->weight_free = cpu_weight_free;

@@ -37,6 +37,7 @@ int qlt_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *b, const 
     qlt_lora_ref ref;
 
     int h = qlt_graph_value(g, NULL, n * c->hidden, 0);
+    qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
     if (!g->planning) be->embed(be, g->values[h].data, b->input_ids, &m->embed, n);
     for (int l = 0; l < c->n_layers; l++) {
         const qlt_layer *L = &m->layers[l];
@@ -69,6 +70,7 @@ int qlt_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *b, const 
             dx = qlt_graph_grad(g, hf);
             g->values[hf].grad_ready = 1;
         }
+        qlt_graph_phase(g, QLT_PHASE_LOSS);
         if (!g->planning)
             be->lm_head_loss(be, opts->scalars, dx, opts->loss_scratch, g->values[hf].data, &m->lm_head, b->targets, n,
                              opts->grad_scale);

@@ -210,6 +210,7 @@ int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *out) {
     be->upload(be, t->scalars, &s, sizeof s);
     be->zero(be, t->lora.grads, sizeof(float) * (size_t)t->lora.n_params);
     for (int micro = 0; micro < t->grad_accum; micro++) {
+        if (be->phase) be->phase(be, QLT_PHASE_OTHER);
         stage_rows(t, &t->train, t->order, t->cursor + (int64_t)micro * t->micro_batch);
         qlt_batch_upload(&t->bb, be, t->stage_ids, t->stage_labels, t->stage_seg);
         qlt_forward_opts o = {.lora = &t->lora, .train = 1, .grad_scale = grad_scale,
@@ -219,8 +220,10 @@ int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *out) {
         qlt_forward(&t->graph, &t->model, &t->bb.dev, &o);
         qlt_graph_backward(&t->graph);
     }
+    if (be->phase) be->phase(be, QLT_PHASE_OPTIMIZER);
     be->grad_norm_sq(be, t->scalars, t->lora.grads, t->lora.n_params);
     be->adamw(be, t->lora.params, t->lora.grads, t->lora.m, t->lora.v, t->lora.n_params, t->scalars);
+    if (be->phase) be->phase(be, QLT_PHASE_OTHER);
     be->download(be, &s, t->scalars, sizeof s);
     t->cursor += rows_per_step;
     t->step++;
