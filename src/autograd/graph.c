@@ -202,6 +202,20 @@ int qlt_ag_add(qlt_graph *g, int a, int b) {
     return y;
 }
 
+int qlt_ag_custom(qlt_graph *g, int in, int out, qlt_custom_backward backward, const void *ctx0, const void *ctx1,
+                  const void *ctx2, const void *ctx3, int arg) {
+    qlt_node *node = push_node(g, QLT_NODE_CUSTOM);
+    node->in[0] = in;
+    node->out = out;
+    node->u.custom.backward = backward;
+    node->u.custom.ctx[0] = ctx0;
+    node->u.custom.ctx[1] = ctx1;
+    node->u.custom.ctx[2] = ctx2;
+    node->u.custom.ctx[3] = ctx3;
+    node->u.custom.arg = arg;
+    return out;
+}
+
 /* ---- backward ---- */
 
 /* Beta for accumulating into value v's gradient (0: first contribution), and marks it ready. */
@@ -301,6 +315,7 @@ static void backward_node(qlt_graph *g, const qlt_node *node) {
                            g->values[up].data, y->count);
         break;
     }
+    case QLT_NODE_CUSTOM: node->u.custom.backward(g, node); break;
     case QLT_NODE_ADD:
         for (int i = 0; i < 2; i++) {
             int x = node->in[i];

@@ -32,7 +32,12 @@ typedef enum qlt_node_kind {
     QLT_NODE_ATTENTION,
     QLT_NODE_SWIGLU,
     QLT_NODE_ADD,
+    QLT_NODE_CUSTOM, /* a block whose backward is supplied by its creator (gradient checkpointing) */
 } qlt_node_kind;
+
+typedef struct qlt_graph qlt_graph;
+struct qlt_node;
+typedef void (*qlt_custom_backward)(qlt_graph *g, const struct qlt_node *node);
 
 /* LoRA side path of a linear node: pointers into the LoRA arenas. */
 typedef struct qlt_lora_ref {
@@ -54,10 +59,11 @@ typedef struct qlt_node {
         struct { const qlt_weight *w; int64_t n; int has_lora; qlt_lora_ref lora; float *u; void *x_drop; } linear;
         struct { const int32_t *pos; const float *inv_freq; int64_t n; int heads, head_dim; } rope;
         struct { float *lse; const int32_t *seg_start; int batch, seq, n_heads, n_kv_heads, head_dim; float scale; } attn;
+        struct { qlt_custom_backward backward; const void *ctx[4]; int arg; } custom;
     } u;
 } qlt_node;
 
-typedef struct qlt_graph {
+struct qlt_graph {
     qlt_backend *be;
     int planning;        /* record and measure only; run nothing */
     char *arena;         /* backend memory */
@@ -67,7 +73,8 @@ typedef struct qlt_graph {
     qlt_node *nodes;
     int n_nodes, cap_nodes;
     int planned;         /* arena and tables sized: no growth allowed */
-} qlt_graph;
+    void *ckpt_grads[2]; /* gradient checkpointing: the two hidden-state gradient buffers layers take turns on */
+};
 
 void qlt_graph_init(qlt_graph *g, qlt_backend *be);
 /* Starts recording a step (planning = 1 for the measuring pass). */
@@ -93,6 +100,10 @@ int qlt_ag_attention(qlt_graph *g, int q, int k, int v, const int32_t *seg_start
                      int n_kv_heads, int head_dim, float scale);
 int qlt_ag_swiglu(qlt_graph *g, int gate, int up);
 int qlt_ag_add(qlt_graph *g, int a, int b);
+/* Records a node computed outside the tape (out already holds its value): its backward calls
+ * `backward(g, node)`, which must write the gradients of node->in[] from node->out's. */
+int qlt_ag_custom(qlt_graph *g, int in, int out, qlt_custom_backward backward, const void *ctx0, const void *ctx1,
+                  const void *ctx2, const void *ctx3, int arg);
 
 /* Marks the start of a phase for the backend's profiler (no-op unless profiling; skipped while planning). */
 void qlt_graph_phase(qlt_graph *g, qlt_phase p);

@@ -75,6 +75,8 @@ struct qlt_backend {
     void (*profile_on)(qlt_backend *be, int on);
     void (*phase)(qlt_backend *be, qlt_phase p); /* cheap no-op when profiling is off */
     void (*profile_read)(qlt_backend *be, double ms[QLT_PHASE_COUNT]);
+    /* Bytes of backend memory still free (for train.grad_checkpoint: auto). */
+    size_t (*available_bytes)(qlt_backend *be);
     /* Peak bytes of backend memory allocated so far (0 if unknown). */
     size_t (*peak_bytes)(qlt_backend *be);
     /* Measured dense bf16 GEMM rate in TFLOP/s (the MFU denominator), or NULL when not applicable. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/backend.h"
 #include "common/error.h"
@@ -40,6 +41,11 @@ static void cpu_free(qlt_backend *be, void *p) {
     char *base = (char *)p - CPU_ALLOC_HEADER;
     impl->live_bytes -= *(size_t *)base;
     free(base);
+}
+
+static size_t cpu_available_bytes(qlt_backend *be) {
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (size_t)pages * (size_t)size : 0;
 }
 
 static size_t cpu_peak_bytes(qlt_backend *be) { return ((cpu_impl *)be->impl)->peak_bytes; }
@@ -292,6 +298,7 @@ qlt_backend *qlt_backend_cpu_create(int threads) {
     be->phase = cpu_phase;
     be->profile_read = cpu_profile_read;
     be->peak_bytes = cpu_peak_bytes;
+    be->available_bytes = cpu_available_bytes;
     be->weight_create = cpu_weight_create;
     be->weight_from_nf4 = cpu_weight_from_nf4;
     be->weight_free = cpu_weight_free;

@@ -28,40 +28,89 @@ static const qlt_lora_ref *lora_ref(const qlt_forward_opts *o, int layer, qlt_pr
     return ref;
 }
 
+/* One decoder layer on the tape: h [N, hidden] -> h + attn(...) + mlp(...). Returns the output value. */
+static int layer_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *b, const qlt_forward_opts *opts, int l,
+                         int h) {
+    const qlt_model_config *c = &m->cfg;
+    const qlt_layer *L = &m->layers[l];
+    int64_t n = (int64_t)b->batch * b->seq;
+    float attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    qlt_lora_ref ref;
+    int xn = qlt_ag_rmsnorm(g, h, L->attn_norm, n, c->hidden, c->rms_eps);
+    int q = qlt_ag_linear(g, xn, &L->proj[QLT_PROJ_Q], L->bias[0], lora_ref(opts, l, QLT_PROJ_Q, &ref), n);
+    int k = qlt_ag_linear(g, xn, &L->proj[QLT_PROJ_K], L->bias[1], lora_ref(opts, l, QLT_PROJ_K, &ref), n);
+    int v = qlt_ag_linear(g, xn, &L->proj[QLT_PROJ_V], L->bias[2], lora_ref(opts, l, QLT_PROJ_V, &ref), n);
+    if (c->qk_norm) {
+        q = qlt_ag_rmsnorm(g, q, L->q_norm, n * c->n_heads, c->head_dim, c->rms_eps);
+        k = qlt_ag_rmsnorm(g, k, L->k_norm, n * c->n_kv_heads, c->head_dim, c->rms_eps);
+    }
+    q = qlt_ag_rope(g, q, b->positions, m->inv_freq, n, c->n_heads, c->head_dim);
+    k = qlt_ag_rope(g, k, b->positions, m->inv_freq, n, c->n_kv_heads, c->head_dim);
+    int a = qlt_ag_attention(g, q, k, v, b->seg_start, b->batch, b->seq, c->n_heads, c->n_kv_heads, c->head_dim,
+                             attn_scale);
+    int o = qlt_ag_linear(g, a, &L->proj[QLT_PROJ_O], NULL, lora_ref(opts, l, QLT_PROJ_O, &ref), n);
+    h = qlt_ag_add(g, h, o);
+    int xm = qlt_ag_rmsnorm(g, h, L->mlp_norm, n, c->hidden, c->rms_eps);
+    int gate = qlt_ag_linear(g, xm, &L->proj[QLT_PROJ_GATE], NULL, lora_ref(opts, l, QLT_PROJ_GATE, &ref), n);
+    int up = qlt_ag_linear(g, xm, &L->proj[QLT_PROJ_UP], NULL, lora_ref(opts, l, QLT_PROJ_UP, &ref), n);
+    int act = qlt_ag_swiglu(g, gate, up);
+    int down = qlt_ag_linear(g, act, &L->proj[QLT_PROJ_DOWN], NULL, lora_ref(opts, l, QLT_PROJ_DOWN, &ref), n);
+    return qlt_ag_add(g, h, down);
+}
+
+/* Layer l on the recompute graph, reading the main graph's value h (its storage, not a copy). */
+static int layer_on_recompute(qlt_graph *main, const qlt_model *m, const qlt_batch_dev *b,
+                              const qlt_forward_opts *opts, int l, int h, int *sub_in) {
+    qlt_graph *sub = opts->recompute;
+    qlt_graph_begin(sub, main->planning);
+    *sub_in = qlt_graph_value(sub, main->values[h].data, main->values[h].count, main->values[h].needs_grad);
+    return layer_forward(sub, m, b, opts, l, *sub_in);
+}
+
+/* Backward of a checkpointed layer: recompute its forward on the recompute graph, hand it the output
+ * gradient, run its backward, which writes the input gradient straight into the main graph's buffer. */
+static void checkpoint_backward(qlt_graph *g, const qlt_node *node) {
+    const qlt_model *m = node->u.custom.ctx[0];
+    const qlt_batch_dev *b = node->u.custom.ctx[1];
+    const qlt_forward_opts *opts = node->u.custom.ctx[2];
+    void *const *grad_buffers = node->u.custom.ctx[3];
+    int l = node->u.custom.arg, h = node->in[0];
+    qlt_graph *sub = opts->recompute;
+    int in, out = layer_on_recompute(g, m, b, opts, l, h, &in);
+    sub->values[out].grad = g->values[node->out].grad;
+    sub->values[out].grad_ready = 1;
+    if (g->values[h].needs_grad) {
+        QLT_ASSERT(!g->values[h].grad_ready); /* a checkpointed layer's input has no other consumer */
+        g->values[h].grad = grad_buffers[l % 2]; /* two buffers take turns: layer l+1's is dead by now */
+        sub->values[in].grad = g->values[h].grad;
+    }
+    qlt_graph_backward(sub);
+    if (g->values[h].needs_grad) g->values[h].grad_ready = 1;
+}
+
 int qlt_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *b, const qlt_forward_opts *opts) {
     const qlt_model_config *c = &m->cfg;
     qlt_backend *be = g->be;
     int64_t n = (int64_t)b->batch * b->seq;
-    int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
-    float attn_scale = 1.0f / sqrtf((float)c->head_dim);
-    qlt_lora_ref ref;
-
     int h = qlt_graph_value(g, NULL, n * c->hidden, 0);
     qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
     if (!g->planning) be->embed(be, g->values[h].data, b->input_ids, &m->embed, n);
-    for (int l = 0; l < c->n_layers; l++) {
-        const qlt_layer *L = &m->layers[l];
-        int xn = qlt_ag_rmsnorm(g, h, L->attn_norm, n, c->hidden, c->rms_eps);
-        int q = qlt_ag_linear(g, xn, &L->proj[QLT_PROJ_Q], L->bias[0], lora_ref(opts, l, QLT_PROJ_Q, &ref), n);
-        int k = qlt_ag_linear(g, xn, &L->proj[QLT_PROJ_K], L->bias[1], lora_ref(opts, l, QLT_PROJ_K, &ref), n);
-        int v = qlt_ag_linear(g, xn, &L->proj[QLT_PROJ_V], L->bias[2], lora_ref(opts, l, QLT_PROJ_V, &ref), n);
-        if (c->qk_norm) {
-            q = qlt_ag_rmsnorm(g, q, L->q_norm, n * c->n_heads, c->head_dim, c->rms_eps);
-            k = qlt_ag_rmsnorm(g, k, L->k_norm, n * c->n_kv_heads, c->head_dim, c->rms_eps);
+    if (!opts->recompute) {
+        for (int l = 0; l < c->n_layers; l++) h = layer_forward(g, m, b, opts, l, h);
+    } else {
+        /* the main tape keeps only each layer's input; two gradient buffers serve every layer */
+        size_t hidden_bytes = (size_t)(n * c->hidden) * qlt_dtype_size(be->act_dtype);
+        g->ckpt_grads[0] = qlt_graph_alloc(g, hidden_bytes);
+        g->ckpt_grads[1] = qlt_graph_alloc(g, hidden_bytes);
+        for (int l = 0; l < c->n_layers; l++) {
+            int in;
+            int sub_out = layer_on_recompute(g, m, b, opts, l, h, &in);
+            int out = qlt_graph_value(g, NULL, n * c->hidden, g->values[h].needs_grad || opts->lora != NULL);
+            qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
+            if (!g->planning) be->copy(be, g->values[out].data, opts->recompute->values[sub_out].data, n * c->hidden);
+            qlt_ag_custom(g, h, out, checkpoint_backward, m, b, opts, g->ckpt_grads, l);
+            h = out;
         }
-        q = qlt_ag_rope(g, q, b->positions, m->inv_freq, n, c->n_heads, c->head_dim);
-        k = qlt_ag_rope(g, k, b->positions, m->inv_freq, n, c->n_kv_heads, c->head_dim);
-        QLT_ASSERT(g->values[q].count == n * qd && g->values[k].count == n * kvd);
-        int a = qlt_ag_attention(g, q, k, v, b->seg_start, b->batch, b->seq, c->n_heads, c->n_kv_heads, c->head_dim,
-                                 attn_scale);
-        int o = qlt_ag_linear(g, a, &L->proj[QLT_PROJ_O], NULL, lora_ref(opts, l, QLT_PROJ_O, &ref), n);
-        h = qlt_ag_add(g, h, o);
-        int xm = qlt_ag_rmsnorm(g, h, L->mlp_norm, n, c->hidden, c->rms_eps);
-        int gate = qlt_ag_linear(g, xm, &L->proj[QLT_PROJ_GATE], NULL, lora_ref(opts, l, QLT_PROJ_GATE, &ref), n);
-        int up = qlt_ag_linear(g, xm, &L->proj[QLT_PROJ_UP], NULL, lora_ref(opts, l, QLT_PROJ_UP, &ref), n);
-        int act = qlt_ag_swiglu(g, gate, up);
-        int down = qlt_ag_linear(g, act, &L->proj[QLT_PROJ_DOWN], NULL, lora_ref(opts, l, QLT_PROJ_DOWN, &ref), n);
-        h = qlt_ag_add(g, h, down);
     }
     int hf = qlt_ag_rmsnorm(g, h, m->final_norm, n, c->hidden, c->rms_eps);
     if (opts->scalars) {

@@ -25,7 +25,9 @@ typedef struct qlt_forward_opts {
     float grad_scale;       /* 1 / (counted tokens of the whole optimizer step) */
     uint64_t dropout_seed;  /* per micro-batch, when lora->dropout > 0 */
     qlt_optim_scalars *scalars; /* backend memory: loss_sum += */
-    void *loss_scratch;     /* backend memory: min(N, 4096) * vocab act elements */
+    void *loss_scratch;     /* backend memory: qlt_loss_scratch_bytes(model, N) */
+    qlt_graph *recompute;   /* non-NULL: layer gradient checkpointing; each layer's activations live in this
+                               graph only while the layer is computed, and are recomputed in the backward */
 } qlt_forward_opts;
 
 /* Records and runs the forward. Returns the value index of the final normed hidden state [N, hidden]. */

@@ -96,15 +96,40 @@ static int load_datasets(qlt_trainer *t, qlt_trainer_mode mode) {
     return rc;
 }
 
-/* Runs the planning pass of a training micro-step (the largest graph) and allocates its arena. */
-static int plan_graph(qlt_trainer *t) {
+/* Records one planning pass of a training micro-step (the largest graph) with or without layer
+ * checkpointing; returns the bytes it would need. */
+static size_t plan_pass(qlt_trainer *t, int checkpointing) {
+    qlt_graph_free(&t->graph);
+    qlt_graph_free(&t->recompute);
     qlt_graph_init(&t->graph, t->be);
+    qlt_graph_init(&t->recompute, t->be);
     qlt_graph_begin(&t->graph, 1);
     qlt_forward_opts o = {.lora = t->has_lora ? &t->lora : NULL, .train = t->has_lora, .grad_scale = 1.0f,
-                          .scalars = t->scalars, .loss_scratch = t->loss_scratch};
+                          .scalars = t->scalars, .loss_scratch = t->loss_scratch,
+                          .recompute = checkpointing ? &t->recompute : NULL};
     qlt_forward(&t->graph, &t->model, &t->bb.dev, &o);
     if (o.train) qlt_graph_backward(&t->graph);
-    return qlt_graph_commit_plan(&t->graph);
+    return t->graph.arena_peak + t->recompute.arena_peak;
+}
+
+/* Chooses checkpointing (train.grad_checkpoint: none | layer | auto) and allocates the arenas once. */
+static int plan_graph(qlt_trainer *t) {
+    const char *mode = t->cfg->train.grad_checkpoint;
+    int ckpt = strcmp(mode, "layer") == 0;
+    size_t need = plan_pass(t, ckpt);
+    if (strcmp(mode, "auto") == 0) {
+        size_t avail = t->be->available_bytes ? t->be->available_bytes(t->be) : 0;
+        if (avail && need > avail / 10 * 9) { /* keep 10% for the libraries' workspaces */
+            size_t with = plan_pass(t, 1);
+            fprintf(stderr, "qlora-train: activations need %.2f GiB, %.2f GiB free: layer checkpointing (%.2f GiB)\n",
+                    need / 1073741824.0, avail / 1073741824.0, with / 1073741824.0);
+            ckpt = 1;
+        }
+    }
+    t->checkpointing = ckpt;
+    QLT_TRY(qlt_graph_commit_plan(&t->graph));
+    if (ckpt) QLT_TRY(qlt_graph_commit_plan(&t->recompute));
+    return 0;
 }
 
 int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mode) {
@@ -215,7 +240,8 @@ int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *out) {
         qlt_batch_upload(&t->bb, be, t->stage_ids, t->stage_labels, t->stage_seg);
         qlt_forward_opts o = {.lora = &t->lora, .train = 1, .grad_scale = grad_scale,
                               .dropout_seed = mix64(cfg->train.seed, (uint64_t)(t->step * t->grad_accum + micro)),
-                              .scalars = t->scalars, .loss_scratch = t->loss_scratch};
+                              .scalars = t->scalars, .loss_scratch = t->loss_scratch,
+                              .recompute = t->checkpointing ? &t->recompute : NULL};
         qlt_graph_begin(&t->graph, 0);
         qlt_forward(&t->graph, &t->model, &t->bb.dev, &o);
         qlt_graph_backward(&t->graph);
@@ -250,7 +276,7 @@ int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, in
         stage_rows(t, ds, NULL, first);
         counted += qlt_batch_upload(&t->bb, be, t->stage_ids, t->stage_labels, t->stage_seg);
         qlt_forward_opts o = {.lora = t->has_lora ? &t->lora : NULL, .train = 0, .scalars = t->scalars,
-                              .loss_scratch = t->loss_scratch};
+                              .loss_scratch = t->loss_scratch, .recompute = t->checkpointing ? &t->recompute : NULL};
         qlt_graph_begin(&t->graph, 0);
         qlt_forward(&t->graph, &t->model, &t->bb.dev, &o);
     }
@@ -379,6 +405,7 @@ void qlt_trainer_free(qlt_trainer *t) {
     qlt_backend *be = t->be;
     if (be) {
         qlt_graph_free(&t->graph);
+        qlt_graph_free(&t->recompute);
         qlt_batch_buffers_free(&t->bb, be);
         if (t->scalars) be->free(be, t->scalars);
         if (t->loss_scratch) be->free(be, t->loss_scratch);

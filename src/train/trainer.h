@@ -26,6 +26,8 @@ typedef struct qlt_trainer {
     qlt_dataset train, eval;
     qlt_schedule schedule;
     qlt_graph graph;
+    qlt_graph recompute;     /* gradient checkpointing: one layer's activations at a time */
+    int checkpointing;       /* train.grad_checkpoint resolved: 1 = layer */
     qlt_batch_buffers bb;
     qlt_optim_scalars *scalars; /* backend memory */
     void *loss_scratch;         /* backend memory */

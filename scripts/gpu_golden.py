@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""gpu_golden.py: the golden fixtures on `train.device: cuda` (bf16 activations), through the CLI.
+
+For each tiny fixture (tests/data/fixtures) and each base format (model.quant none: bf16 weights; nf4):
+  - eval with the initial adapter: loss vs golden losses[0] (none) or vs the CPU reference's NF4 loss (nf4)
+  - train 3 steps exactly as the golden run (lr 1e-2, AdamW, clip 1.0): losses and pre-clip grad norms
+    vs golden, and the final adapter vs golden step3.*.
+Tolerances are those of bf16 activations (8 mantissa bits): losses 1e-2 relative, grad norms 3e-2,
+step-3 adapters 5e-2 of each tensor's max (Adam's sign-like first updates amplify bf16 noise on
+near-zero gradient elements; the fp32 CPU path is held to 1e-4 in CI).
+Prints one table row per check; exit 1 if any fails.
+
+    python3 scripts/gpu_golden.py BINARY FIXTURES_DIR OUT_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from safetensors.torch import load_file
+
+LOSS_TOL, NORM_TOL, STEP3_TOL = 1e-2, 3e-2, 5e-2
+rows, failed = [], 0
+
+
+def row(name, value, tol):
+    global failed
+    ok = value <= tol
+    failed += not ok
+    rows.append((name, value, tol, "pass" if ok else "FAIL"))
+    print(f"{name:52s} {value:.3e} (tol {tol:.0e}) {'ok' if ok else 'FAIL'}", flush=True)
+
+
+def run(binary, args):
+    p = subprocess.run([binary] + args, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {p.stderr.strip()}")
+    return p.stdout
+
+
+def write_config(path, fixture, tokens, seq, out, quant, device, steps, init):
+    with open(path, "w") as f:
+        f.write(f"model: {{path: {fixture}, quant: {quant}}}\n"
+                f"lora: {{init_from: {init}}}\n"
+                f"data: {{train: [{tokens}], eval: [{tokens}], format: tokens, seq_len: {seq}, packing: false, "
+                f"shuffle: false, cache: false}}\n"
+                f"train: {{device: {device}, lr: 1.0e-2, weight_decay: 0.01, max_grad_norm: 1.0, "
+                f"max_steps: {steps}, micro_batch: 2, log_every: 100}}\n"
+                f"output: {{dir: {out}}}\n")
+
+
+def main():
+    binary, fixtures, work = sys.argv[1], sys.argv[2], sys.argv[3]
+    os.makedirs(work, exist_ok=True)
+    for model in ["tiny-qwen2", "tiny-llama", "tiny-qwen3"]:
+        fx = os.path.join(fixtures, model)
+        g = load_file(os.path.join(fx, "golden.safetensors"))
+        ids, labels = g["input_ids"], g["labels"]
+        seq = ids.shape[1]
+        tokens = os.path.join(work, f"{model}.jsonl")
+        with open(tokens, "w") as f:
+            for b in range(ids.shape[0]):
+                f.write(json.dumps({"input_ids": ids[b].tolist(), "labels": labels[b].tolist()}) + "\n")
+        for quant in ["none", "nf4"]:
+            ref_losses = g["losses"].double()
+            if quant == "nf4":  # the reference for an NF4 base is the CPU path on the same NF4 weights
+                cfg = os.path.join(work, f"{model}-{quant}-cpu.yaml")
+                write_config(cfg, fx, tokens, seq, os.path.join(work, f"{model}-{quant}-cpu"), quant, "cpu", 3,
+                             os.path.join(fx, "adapter-init"))
+                cpu_eval = json.loads(run(binary, ["eval", "--config", cfg]))["loss"]
+            cfg = os.path.join(work, f"{model}-{quant}.yaml")
+            out = os.path.join(work, f"{model}-{quant}")
+            write_config(cfg, fx, tokens, seq, out, quant, "cuda", 3, os.path.join(fx, "adapter-init"))
+            ev = json.loads(run(binary, ["eval", "--config", cfg]))["loss"]
+            ref = ref_losses[0].item() if quant == "none" else cpu_eval
+            row(f"{model} {quant} eval loss", abs(ev - ref) / ref, LOSS_TOL)
+            run(binary, ["train", "--config", cfg])
+            metrics = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if '"loss"' in l]
+            if quant == "none":
+                for s in range(3):
+                    row(f"{model} step {s + 1} loss", abs(metrics[s]["loss"] - ref_losses[s].item()) / ref_losses[s].item(), LOSS_TOL)
+                    gn = g["grad_norms_preclip"][s].item()
+                    row(f"{model} step {s + 1} grad norm", abs(metrics[s]["grad_norm"] - gn) / gn, NORM_TOL)
+                final = load_file(os.path.join(out, "final", "adapter_model.safetensors"))
+                worst = 0.0
+                for k, v in g.items():
+                    if k.startswith("step3."):
+                        mine = final[k[6:]].double()
+                        worst = max(worst, ((mine - v.double()).abs().max() / v.double().abs().max()).item())
+                row(f"{model} step-3 adapter (worst tensor)", worst, STEP3_TOL)
+            else:
+                cfg_cpu = os.path.join(work, f"{model}-{quant}-cpu.yaml")
+                run(binary, ["train", "--config", cfg_cpu])
+                cpu_metrics = [json.loads(l) for l in open(os.path.join(work, f"{model}-{quant}-cpu", "metrics.jsonl")) if '"loss"' in l]
+                for s in range(3):
+                    a, b = metrics[s]["loss"], cpu_metrics[s]["loss"]
+                    row(f"{model} nf4 step {s + 1} loss vs CPU nf4", abs(a - b) / b, LOSS_TOL)
+    print("\n| golden check (cuda) | value | tolerance | status |\n|---|---|---|---|")
+    for name, v, tol, st in rows:
+        print(f"| {name} | {v:.3e} | {tol:.0e} | {st} |")
+    print(f"\ngpu_golden: {len(rows)} checks, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# package-gpu.sh: on the development machine (no GPU), builds the release with CUDA and gathers what a
+# GPU-machine run needs into carry/ (ignored by git; named in the device call's `carry`):
+#   carry/bin/     qlora-train, qlt_gpu_check and the shared libraries the GPU machine lacks (rpath $ORIGIN)
+#   carry/models/  config.json of the real models of ../shared/models (random-weight benchmarks)
+#   carry/assets/  with --assets: sotu.jsonl and the real Qwen3 / Llama-3 tokenizers (tokenizer benchmark)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=build scripts/setup.sh >/dev/null
+rm -rf carry
+mkdir -p carry/bin carry/models
+cp build/qlora-train build/qlt_gpu_check carry/bin/
+libdir=$(dirname "$(ldconfig -p | awk '/libcjson.so.1 / {print $NF; exit}')")
+for lib in libcjson.so.1 libyaml-0.so.2 libpcre2-8.so.0 libutf8proc.so.2 libz.so.1 libgomp.so.1; do
+  cp -L "$libdir/$lib" carry/bin/
+done
+shared=${SHARED_DIR:-../shared}
+for d in "$shared"/models/*/; do
+  [ -f "$d/config.json" ] && cp "$d/config.json" "carry/models/$(basename "$d").json"
+done
+if [ "${1:-}" = "--assets" ]; then
+  mkdir -p carry/assets
+  cp "$shared/assets/text/sotu.jsonl" carry/assets/
+  cp "$shared/assets/tokenizers/qwen3/tokenizer.json" carry/assets/qwen3-tokenizer.json
+  cp "$shared/assets/tokenizers/llama3/tokenizer.json" carry/assets/llama3-tokenizer.json
+fi
+du -sh carry
