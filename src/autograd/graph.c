@@ -126,7 +126,7 @@ int qlt_ag_linear(qlt_graph *g, int x, const qlt_weight *w, const float *bias, c
         if (lora->dropout > 0) {
             node->u.linear.x_drop = qlt_graph_alloc(g, act_bytes(g, n * w->cols));
             qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
-            if (RUN) be->dropout(be, node->u.linear.x_drop, xin, n * w->cols, lora->dropout, lora->dropout_seed, 0);
+            if (RUN) be->dropout(be, node->u.linear.x_drop, xin, n * w->cols, lora->dropout, lora->dropout_seed, lora->dropout_salt);
             xin = node->u.linear.x_drop;
         }
         qlt_graph_phase(g, QLT_PHASE_LORA);
@@ -251,7 +251,7 @@ static void backward_linear(qlt_graph *g, const qlt_node *node) {
                          n, w->cols, w->rows, l->r, l->scale, 0.0f);
         if (want_dx && RUN) {
             qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
-            be->dropout(be, dxl, dxl, n * w->cols, l->dropout, l->dropout_seed, 0);
+            be->dropout(be, dxl, dxl, n * w->cols, l->dropout, l->dropout_seed, l->dropout_salt);
             be->add(be, g->values[x].grad, g->values[x].grad, dxl, n * w->cols);
         }
     } else if (RUN) {

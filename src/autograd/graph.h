@@ -46,8 +46,9 @@ typedef struct qlt_lora_ref {
     float *da, *db; /* gradients, += */
     int r;
     float scale;
-    float dropout;         /* 0 = none */
-    uint64_t dropout_seed; /* mask = hash(seed, element index) */
+    float dropout;                /* 0 = none */
+    const uint64_t *dropout_seed; /* backend memory: the micro-batch's seed */
+    uint64_t dropout_salt;        /* this site (layer, projection) */
 } qlt_lora_ref;
 
 typedef struct qlt_node {

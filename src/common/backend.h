@@ -32,6 +32,7 @@ typedef struct qlt_optim_scalars {
     float max_grad_norm;    /* 0 = no clipping */
     float grad_norm_sq;     /* sum of squares of every gradient, written by sumsq */
     float loss_sum;         /* sum of token losses of the step, accumulated by lm_head_loss */
+    float grad_scale;       /* 1 / (counted tokens of the optimizer step): the loss gradient's scale */
 } qlt_optim_scalars;
 
 typedef enum qlt_backward_a {
@@ -138,17 +139,18 @@ struct qlt_backend {
     void (*copy)(qlt_backend *be, void *out, const void *x, int64_t count);
     /* out = a + b (out may alias a or b) */
     void (*add)(qlt_backend *be, void *out, const void *a, const void *b, int64_t count);
-    /* Inverted dropout: out = x * keep / (1 - p), keep decided by a counter hash of (seed, offset + i),
-     * so the backward regenerates the same mask. out may alias x. */
-    void (*dropout)(qlt_backend *be, void *out, const void *x, int64_t count, float p, uint64_t seed,
-                    uint64_t offset);
+    /* Inverted dropout: out = x * keep / (1 - p), keep = qlt_dropout_keep(qlt_dropout_seed(*seed, salt), i, p)
+     * (src/cpu/cpu_ops.h), a counter hash, so the backward regenerates the same mask. *seed is backend
+     * memory (the host updates it before each step; a captured graph replays with new seeds). out may
+     * alias x. */
+    void (*dropout)(qlt_backend *be, void *out, const void *x, int64_t count, float p, const uint64_t *seed,
+                    uint64_t salt);
     /* Fused lm_head + cross-entropy over N tokens: logits = x . W^T (W [V, D]); for targets[t] != -100,
-     * scalars->loss_sum += -log softmax(logits)[target]; when dx != NULL, dx [N, D] = grad_scale *
+     * scalars->loss_sum += -log softmax(logits)[target]; when dx != NULL, dx [N, D] = scalars->grad_scale *
      * d(sum of losses)/dx (0 rows for ignored tokens). Never holds [N, V] in float32 at once on CUDA;
      * scratch: qlt_loss_scratch_bytes(model, N) bytes (chunk logits and per-token losses). */
     void (*lm_head_loss)(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch,
-                         const void *x, const qlt_weight *w, const int32_t *targets, int64_t n,
-                         float grad_scale);
+                         const void *x, const qlt_weight *w, const int32_t *targets, int64_t n);
     /* out float [N, V] = float(x . W^T): logits for evaluation and tests. */
     void (*logits)(qlt_backend *be, float *out, const void *x, const qlt_weight *w, int64_t n);
     /* scalars->grad_norm_sq = sum(g^2) over g float [count]. */

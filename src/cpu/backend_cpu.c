@@ -247,15 +247,16 @@ static void cpu_add(qlt_backend *be, void *out, const void *a, const void *b, in
     for (int64_t i = 0; i < count; i++) o[i] = fa[i] + fb[i];
 }
 
-static void cpu_dropout(qlt_backend *be, void *out, const void *x, int64_t count, float p, uint64_t seed,
-                        uint64_t offset) {
-    qlt_cpu_dropout(out, x, count, p, seed, offset);
+static void cpu_dropout(qlt_backend *be, void *out, const void *x, int64_t count, float p, const uint64_t *seed,
+                        uint64_t salt) {
+    qlt_cpu_dropout(out, x, count, p, qlt_dropout_seed(*seed, salt));
 }
 
 #define CPU_LOSS_CHUNK 4096
 
 static void cpu_lm_head_loss(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch, const void *x,
-                             const qlt_weight *w, const int32_t *targets, int64_t n, float grad_scale) {
+                             const qlt_weight *w, const int32_t *targets, int64_t n) {
+    float grad_scale = scalars->grad_scale;
     const float *wf = cpu_weight_f32(be, w);
     double total = 0;
     for (int64_t t0 = 0; t0 < n; t0 += CPU_LOSS_CHUNK) {

@@ -31,7 +31,9 @@ void qlt_cpu_swiglu_fwd(float *h, const float *gate, const float *up, int64_t co
 void qlt_cpu_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *gate, const float *up, int64_t count);
 /* Keep-mask hash shared with CUDA: 1 when element (seed, index) is kept at drop probability p. */
 int qlt_dropout_keep(uint64_t seed, uint64_t index, float p);
-void qlt_cpu_dropout(float *out, const float *x, int64_t count, float p, uint64_t seed, uint64_t offset);
+/* The mask seed of one dropout site: the step's seed mixed with the site's salt (layer, projection). */
+uint64_t qlt_dropout_seed(uint64_t step_seed, uint64_t salt);
+void qlt_cpu_dropout(float *out, const float *x, int64_t count, float p, uint64_t seed);
 /* Fused lm_head + cross-entropy; w [V, D]; scratch double [n*V + n] (logit rows, then per-token losses);
  * returns the loss sum (double). dx may be NULL. */
 double qlt_cpu_lm_head_loss(float *dx, float *scratch, const float *x, const float *w, const int32_t *targets,

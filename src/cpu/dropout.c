@@ -13,8 +13,11 @@ int qlt_dropout_keep(uint64_t seed, uint64_t index, float p) {
     return u >= (double)p;
 }
 
-void qlt_cpu_dropout(float *out, const float *x, int64_t count, float p, uint64_t seed, uint64_t offset) {
+uint64_t qlt_dropout_seed(uint64_t step_seed, uint64_t salt) {
+    return step_seed ^ (0xd1b54a32d192ed03ull * (salt + 1));
+}
+
+void qlt_cpu_dropout(float *out, const float *x, int64_t count, float p, uint64_t seed) {
     float inv_keep = 1.0f / (1.0f - p);
-    for (int64_t i = 0; i < count; i++)
-        out[i] = qlt_dropout_keep(seed, offset + (uint64_t)i, p) ? x[i] * inv_keep : 0.0f;
+    for (int64_t i = 0; i < count; i++) out[i] = qlt_dropout_keep(seed, (uint64_t)i, p) ? x[i] * inv_keep : 0.0f;
 }

@@ -24,7 +24,8 @@ static const qlt_lora_ref *lora_ref(const qlt_forward_opts *o, int layer, qlt_pr
     ref->r = l->r;
     ref->scale = l->scale;
     ref->dropout = o->train ? l->dropout : 0.0f;
-    ref->dropout_seed = o->dropout_seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(layer * QLT_PROJ_COUNT + p + 1));
+    ref->dropout_seed = o->dropout_seed;
+    ref->dropout_salt = (uint64_t)(layer * QLT_PROJ_COUNT + p);
     return ref;
 }
 
@@ -121,8 +122,7 @@ int qlt_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *b, const 
         }
         qlt_graph_phase(g, QLT_PHASE_LOSS);
         if (!g->planning)
-            be->lm_head_loss(be, opts->scalars, dx, opts->loss_scratch, g->values[hf].data, &m->lm_head, b->targets, n,
-                             opts->grad_scale);
+            be->lm_head_loss(be, opts->scalars, dx, opts->loss_scratch, g->values[hf].data, &m->lm_head, b->targets, n);
     }
     return hf;
 }

@@ -22,9 +22,8 @@ typedef struct qlt_batch_dev {
 typedef struct qlt_forward_opts {
     const qlt_lora *lora;   /* NULL: base model only */
     int train;              /* produce the loss gradient (needs lora) */
-    float grad_scale;       /* 1 / (counted tokens of the whole optimizer step) */
-    uint64_t dropout_seed;  /* per micro-batch, when lora->dropout > 0 */
-    qlt_optim_scalars *scalars; /* backend memory: loss_sum += */
+    const uint64_t *dropout_seed; /* backend memory: this micro-batch's seed (lora->dropout > 0) */
+    qlt_optim_scalars *scalars;   /* backend memory: loss_sum +=, grad_scale read */
     void *loss_scratch;     /* backend memory: qlt_loss_scratch_bytes(model, N) */
     qlt_graph *recompute;   /* non-NULL: layer gradient checkpointing; each layer's activations live in this
                                graph only while the layer is computed, and are recomputed in the backward */

@@ -104,8 +104,8 @@ static size_t plan_pass(qlt_trainer *t, int checkpointing) {
     qlt_graph_init(&t->graph, t->be);
     qlt_graph_init(&t->recompute, t->be);
     qlt_graph_begin(&t->graph, 1);
-    qlt_forward_opts o = {.lora = t->has_lora ? &t->lora : NULL, .train = t->has_lora, .grad_scale = 1.0f,
-                          .scalars = t->scalars, .loss_scratch = t->loss_scratch,
+    qlt_forward_opts o = {.lora = t->has_lora ? &t->lora : NULL, .train = t->has_lora,
+                          .dropout_seed = t->dropout_seeds, .scalars = t->scalars, .loss_scratch = t->loss_scratch,
                           .recompute = checkpointing ? &t->recompute : NULL};
     qlt_forward(&t->graph, &t->model, &t->bb.dev, &o);
     if (o.train) qlt_graph_backward(&t->graph);
@@ -152,9 +152,11 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     t->stage_ids = qlt_xmalloc(stage);
     t->stage_labels = qlt_xmalloc(stage);
     t->stage_seg = qlt_xmalloc(stage);
+    t->stage_seeds = qlt_xcalloc((size_t)t->grad_accum, sizeof(uint64_t));
     t->scalars = t->be->alloc(t->be, sizeof *t->scalars);
+    t->dropout_seeds = t->be->alloc(t->be, sizeof(uint64_t) * (size_t)t->grad_accum);
     t->loss_scratch = t->be->alloc(t->be, qlt_loss_scratch_bytes(&t->model, (int64_t)t->micro_batch * t->seq));
-    if (!t->scalars || !t->loss_scratch) {
+    if (!t->scalars || !t->loss_scratch || !t->dropout_seeds) {
         qlt_fail("out of %s memory", t->be->name);
         goto fail;
     }
@@ -231,15 +233,18 @@ int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *out) {
         .bias_correction1 = (float)(1.0 - pow((double)cfg->train.betas[0], (double)k)),
         .bias_correction2 = (float)(1.0 - pow((double)cfg->train.betas[1], (double)k)),
         .max_grad_norm = cfg->train.max_grad_norm,
+        .grad_scale = grad_scale,
     };
     be->upload(be, t->scalars, &s, sizeof s);
+    for (int micro = 0; micro < t->grad_accum; micro++)
+        t->stage_seeds[micro] = mix64(cfg->train.seed, (uint64_t)(t->step * t->grad_accum + micro));
+    be->upload(be, t->dropout_seeds, t->stage_seeds, sizeof(uint64_t) * (size_t)t->grad_accum);
     be->zero(be, t->lora.grads, sizeof(float) * (size_t)t->lora.n_params);
     for (int micro = 0; micro < t->grad_accum; micro++) {
         if (be->phase) be->phase(be, QLT_PHASE_OTHER);
         stage_rows(t, &t->train, t->order, t->cursor + (int64_t)micro * t->micro_batch);
         qlt_batch_upload(&t->bb, be, t->stage_ids, t->stage_labels, t->stage_seg);
-        qlt_forward_opts o = {.lora = &t->lora, .train = 1, .grad_scale = grad_scale,
-                              .dropout_seed = mix64(cfg->train.seed, (uint64_t)(t->step * t->grad_accum + micro)),
+        qlt_forward_opts o = {.lora = &t->lora, .train = 1, .dropout_seed = t->dropout_seeds + micro,
                               .scalars = t->scalars, .loss_scratch = t->loss_scratch,
                               .recompute = t->checkpointing ? &t->recompute : NULL};
         qlt_graph_begin(&t->graph, 0);
@@ -408,6 +413,7 @@ void qlt_trainer_free(qlt_trainer *t) {
         qlt_graph_free(&t->recompute);
         qlt_batch_buffers_free(&t->bb, be);
         if (t->scalars) be->free(be, t->scalars);
+        if (t->dropout_seeds) be->free(be, t->dropout_seeds);
         if (t->loss_scratch) be->free(be, t->loss_scratch);
         if (t->has_lora) qlt_lora_free(&t->lora);
         if (t->model_loaded) qlt_model_free(&t->model);
@@ -417,6 +423,7 @@ void qlt_trainer_free(qlt_trainer *t) {
     free(t->stage_ids);
     free(t->stage_labels);
     free(t->stage_seg);
+    free(t->stage_seeds);
     free(t->order);
     if (be) be->destroy(be);
     memset(t, 0, sizeof *t);

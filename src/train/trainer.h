@@ -30,8 +30,10 @@ typedef struct qlt_trainer {
     int checkpointing;       /* train.grad_checkpoint resolved: 1 = layer */
     qlt_batch_buffers bb;
     qlt_optim_scalars *scalars; /* backend memory */
+    uint64_t *dropout_seeds;    /* backend memory [grad_accum]: one seed per micro-batch of a step */
     void *loss_scratch;         /* backend memory */
     int32_t *stage_ids, *stage_labels, *stage_seg; /* host [micro_batch, seq] */
+    uint64_t *stage_seeds;                         /* host [grad_accum] */
     int micro_batch, grad_accum, seq;
     /* progress (what a checkpoint stores) */
     int64_t step;            /* optimizer steps done */

@@ -92,8 +92,9 @@ static void golden_setup(golden_run *r, const char *name, const char *weights, i
 
 /* Plans and runs one forward (and backward when train). Returns the final hidden value index. */
 static int golden_forward(golden_run *r, int train) {
-    qlt_forward_opts o = {.lora = r->has_lora ? &r->lora : NULL, .train = train, .grad_scale = 1.0f / (float)r->count,
-                          .scalars = r->scalars, .loss_scratch = r->scratch};
+    qlt_forward_opts o = {.lora = r->has_lora ? &r->lora : NULL, .train = train, .scalars = r->scalars,
+                          .loss_scratch = r->scratch};
+    r->scalars->grad_scale = 1.0f / (float)r->count;
     for (int pass = 0; pass < 2; pass++) {
         qlt_graph_begin(&r->g, pass == 0);
         int hf = qlt_forward(&r->g, &r->model, &r->bb.dev, &o);
