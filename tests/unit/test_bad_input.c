@@ -183,47 +183,40 @@ Test(bad_input, cli_missing_tensor) {
     free(dir);
 }
 
-Test(bad_input, cli_shape_mismatch) {
-    char *dir = copy_fixture("tiny-qwen2");
+/* In a copy of a fixture, replaces `from` by `to` in config.json, then expects `qlora-train eval` to fail with
+ * one line holding both needles. */
+static void expect_config_edit_error(const char *model, const char *from, const char *to, const char *needle1,
+                                     const char *needle2) {
+    char *dir = copy_fixture(model);
     char *cfgjson = qlt_path_join(dir, "config.json");
-    char *text;
+    char *text, *edited = NULL;
     cr_assert_eq(qlt_read_file(cfgjson, &text, NULL), 0);
-    char *p = strstr(text, "\"intermediate_size\": 160");
-    cr_assert(p);
-    memcpy(p, "\"intermediate_size\": 128", 24);
-    test_write_text(cfgjson, text);
-    free(text);
+    char *p = strstr(text, from);
+    cr_assert(p, "'%s' not in %s", from, cfgjson);
+    *p = '\0';
+    if (asprintf(&edited, "%s%s%s", text, to, p + strlen(from)) < 0) abort();
+    test_write_text(cfgjson, edited);
     char *cfg = qlt_path_join(dir, "eval.yaml"), *args = NULL;
     write_eval_config(cfg, dir, "");
     if (asprintf(&args, "eval --config %s", cfg) < 0) abort();
-    expect_cli_error(args, "mlp.gate_proj.weight' has shape [160, 64]", "[128, 64]");
+    expect_cli_error(args, needle1, needle2);
     qlt_remove_tree(dir);
     free(args);
     free(cfg);
+    free(edited);
+    free(text);
     free(cfgjson);
     free(dir);
 }
 
+Test(bad_input, cli_shape_mismatch) {
+    expect_config_edit_error("tiny-qwen2", "\"intermediate_size\": 160", "\"intermediate_size\": 128",
+                             "mlp.gate_proj.weight' has shape [160, 64]", "[128, 64]");
+}
+
 Test(bad_input, cli_unsupported_architecture) {
-    char *dir = copy_fixture("tiny-qwen3");
-    char *cfgjson = qlt_path_join(dir, "config.json");
-    char *text;
-    cr_assert_eq(qlt_read_file(cfgjson, &text, NULL), 0);
-    char *p = strstr(text, "Qwen3ForCausalLM");
-    cr_assert(p);
-    memcpy(p, "Phi3ForCausalLM\"", 16);
-    memmove(p + 16, p + 17, strlen(p + 17) + 1); /* drop the extra quote of the shorter name */
-    test_write_text(cfgjson, text);
-    free(text);
-    char *cfg = qlt_path_join(dir, "eval.yaml"), *args = NULL;
-    write_eval_config(cfg, dir, "");
-    if (asprintf(&args, "eval --config %s", cfg) < 0) abort();
-    expect_cli_error(args, "Phi3ForCausalLM", "supported: LlamaForCausalLM");
-    qlt_remove_tree(dir);
-    free(args);
-    free(cfg);
-    free(cfgjson);
-    free(dir);
+    expect_config_edit_error("tiny-qwen3", "Qwen3ForCausalLM", "Phi3ForCausalLM", "Phi3ForCausalLM",
+                             "supported: LlamaForCausalLM");
 }
 
 Test(bad_input, cli_config_key_misspelled) {
