@@ -130,6 +130,8 @@ extern "C" size_t qlt_cuda_peak_memory(qlt_backend *be) {
     return peak;
 }
 
+extern "C" void *qlt_cuda_stream(qlt_backend *be) { return (void *)cuda_impl_of(be)->stream; }
+
 static void cuda_weight_free(qlt_backend *be, qlt_weight *w) { qlt_cuda_weight_free(be, w); }
 
 extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {

@@ -16,6 +16,8 @@ void qlt_cuda_memory_report(qlt_backend *be, size_t *current, size_t *peak, size
                             size_t *device_total);
 /* Peak bytes held through the backend (0 for a non-CUDA backend). */
 size_t qlt_cuda_peak_memory(qlt_backend *be);
+/* The cudaStream_t every op of this backend runs on (for CUDA-graph capture of a whole step). */
+void *qlt_cuda_stream(qlt_backend *be);
 
 #ifdef __cplusplus
 }

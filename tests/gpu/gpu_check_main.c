@@ -8,7 +8,18 @@
 #include "gpu_check.h"
 
 /* ---- the list of checks: one line per check function ---- */
-#define GPU_CHECKS(X) /* X(name, function) */
+#define GPU_CHECKS(X) /* X(name, function) */ \
+    X("embed", check_embed)                   \
+    X("rmsnorm", check_rmsnorm)               \
+    X("rope", check_rope)                     \
+    X("elementwise", check_elementwise)       \
+    X("linear", check_linear)                 \
+    X("lora", check_lora)                     \
+    X("attention", check_attention)           \
+    X("lm_head_loss", check_lm_head_loss)     \
+    X("optimizer", check_optimizer)           \
+    X("graph_capture", check_graph_capture)   \
+    X("perf", check_perf)
 
 #define DECLARE(name, fn) void fn(void);
 GPU_CHECKS(DECLARE)
