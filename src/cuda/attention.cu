@@ -65,16 +65,23 @@ static __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const bf16 *
 }
 
 /* rows [row0, row0 + ROWS) of a [seq, *] bf16 matrix (row stride `stride`, HD columns from src) into
- * smem (row stride HD + 8), zero beyond seq */
+ * smem (row stride HD + 8) with cp.async (16 bytes a copy, zero-filled beyond seq); the caller commits
+ * and waits */
 template <int HD, int ROWS>
-static __device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, int64_t stride, int row0, int seq) {
+static __device__ __forceinline__ void load_tile_async(bf16 *dst, const bf16 *src, int64_t stride, int row0, int seq) {
     constexpr int VPR = HD / 8; /* 16-byte vectors per row */
     for (int idx = threadIdx.x; idx < ROWS * VPR; idx += ATT_THREADS) {
         int r = idx / VPR, c = (idx % VPR) * 8;
-        uint4 val = make_uint4(0, 0, 0, 0);
-        if (row0 + r < seq) val = *(const uint4 *)(src + (int64_t)(row0 + r) * stride + c);
-        *(uint4 *)(dst + r * (HD + 8) + c) = val;
+        bool ok = row0 + r < seq;
+        const bf16 *g = ok ? src + (int64_t)(row0 + r) * stride + c : src;
+        uint32_t sa = (uint32_t)__cvta_generic_to_shared(dst + r * (HD + 8) + c);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(g), "r"(ok ? 16 : 0));
     }
+}
+
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 /* A fragments of rows r0..r0+15, k columns kk*16.. of a row-major smem tile */
@@ -85,29 +92,41 @@ static __device__ __forceinline__ void lda_frag(uint32_t a[4], const bf16 *tile,
     a[3] = lds32(tile + (r0 + g + 8) * ld + k0 + 2 * t + 8);
 }
 
-/* the smallest seg_start of the valid rows of a tile (s_seg holds INT_MAX beyond seq); warp 0 computes,
- * the caller syncs before reading *out */
-static __device__ __forceinline__ void tile_min_seg(int *out, const int *s_seg, int rows) {
-    if (threadIdx.x < 32) {
-        int m = INT_MAX;
-        for (int i = threadIdx.x; i < rows; i += 32) m = min(m, s_seg[i]);
-        for (int o = 16; o > 0; o >>= 1) m = min(m, __shfl_xor_sync(0xffffffffu, m, o));
-        if (threadIdx.x == 0) *out = m;
-    }
+/* the smallest seg_start of a tile's rows (s_seg holds INT_MAX beyond seq), computed by every warp
+ * (so the result is block-uniform without a barrier); s_seg must be visible (after a barrier) */
+static __device__ __forceinline__ int warp_min_seg(const int *s_seg, int rows) {
+    int m = INT_MAX;
+    for (int i = threadIdx.x & 31; i < rows; i += 32) m = min(m, s_seg[i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = min(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return m;
 }
+
+/* Pipelines: STAGES = 2 double-buffers the streamed tiles (the next tile's cp.async is in flight while
+ * the current one is multiplied); STAGES = 1 loads then computes (set QLT_ATTN_STAGES=1 in the
+ * environment to select it, for bisecting). Every iteration commits exactly one group (possibly empty),
+ * so wait_group<STAGES - 1> always means "the current tile has landed". */
+
+template <int HD> struct att_cfg {
+    static constexpr int LD = HD + 8;
+    static constexpr int BM_KV = HD >= 128 ? 32 : 64; /* query tile of the dK/dV kernel */
+    static constexpr int BN_Q = HD >= 128 ? 32 : 64;  /* key tile of the dQ kernel */
+    static constexpr size_t fwd_smem = (size_t)4 * 64 * LD * sizeof(bf16);
+    static constexpr size_t dq_smem = (size_t)4 * BN_Q * LD * sizeof(bf16);
+    static constexpr size_t kv_smem = (size_t)(2 * 64 + 4 * BM_KV) * LD * sizeof(bf16) + 6 * BM_KV * sizeof(float);
+};
 
 /* ================================ forward ================================ */
 
-template <int HD>
+template <int HD, int STAGES>
 static __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(bf16 *out, float *lse, const bf16 *q,
                                                                       const bf16 *k, const bf16 *v,
                                                                       const int32_t *seg_start, int seq, int n_heads,
                                                                       int n_kv, float scale) {
-    constexpr int BM = 64, BN = 64, LD = HD + 8;
-    __shared__ __align__(16) bf16 Ks[BN * LD];
-    __shared__ __align__(16) bf16 Vs[BN * LD];
+    constexpr int BM = 64, BN = 64, LD = HD + 8, TILE = BN * LD;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *Kbuf = (bf16 *)att_smem, *Vbuf = Kbuf + 2 * TILE; /* [2][TILE] each */
     __shared__ int s_seg[BM];
-    __shared__ int s_minseg;
 
     const int m0 = (gridDim.x - 1 - blockIdx.x) * BM; /* longest (last) query tiles first */
     const int h = blockIdx.y, b = blockIdx.z;
@@ -120,18 +139,20 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(bf16 *out,
     const int32_t *segb = seg_start + (int64_t)b * seq;
 
     if (threadIdx.x < BM) s_seg[threadIdx.x] = m0 + (int)threadIdx.x < seq ? segb[m0 + threadIdx.x] : INT_MAX;
-    load_tile<HD, BM>(Ks, qb, qs, m0, seq); /* Q staged through Ks */
+    load_tile_async<HD, BM>(Kbuf, qb, qs, m0, seq); /* Q staged through the K buffers */
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
-    tile_min_seg(&s_minseg, s_seg, BM);
+    const int minseg = warp_min_seg(s_seg, BM);
     const int r0 = warp * 16;
     uint32_t qa[HD / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) lda_frag(qa[kk], Ks, LD, r0, kk * 16, g, t);
+    for (int kk = 0; kk < HD / 16; kk++) lda_frag(qa[kk], Kbuf, LD, r0, kk * 16, g, t);
     const int row_a = m0 + r0 + g, row_b = row_a + 8;
     const int seg_a = s_seg[r0 + g], seg_b = s_seg[r0 + g + 8];
-    __syncthreads();
-    const int minseg = s_minseg;
+    __syncthreads(); /* Q fragments read before the K buffers are refilled */
     const int last = min(m0 + BM - 1, seq - 1);
+    const int n_begin = (minseg / BN) * BN;
     const float sl2 = scale * 1.4426950408889634f;
 
     float o[HD / 8][4];
@@ -139,10 +160,27 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(bf16 *out,
     for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
 
-    for (int n0 = (minseg / BN) * BN; n0 <= last; n0 += BN) {
-        load_tile<HD, BN>(Ks, kb, ks, n0, seq);
-        load_tile<HD, BN>(Vs, vb, ks, n0, seq);
+    if (STAGES == 2 && n_begin <= last) {
+        load_tile_async<HD, BN>(Kbuf, kb, ks, n_begin, seq);
+        load_tile_async<HD, BN>(Vbuf, vb, ks, n_begin, seq);
+    }
+    if (STAGES == 2) cp_async_commit();
+    int it = 0;
+    for (int n0 = n_begin; n0 <= last; n0 += BN, it++) {
+        const int cur = STAGES == 2 ? (it & 1) : 0;
+        if (STAGES == 2) {
+            if (n0 + BN <= last) {
+                load_tile_async<HD, BN>(Kbuf + (cur ^ 1) * TILE, kb, ks, n0 + BN, seq);
+                load_tile_async<HD, BN>(Vbuf + (cur ^ 1) * TILE, vb, ks, n0 + BN, seq);
+            }
+        } else {
+            load_tile_async<HD, BN>(Kbuf, kb, ks, n0, seq);
+            load_tile_async<HD, BN>(Vbuf, vb, ks, n0, seq);
+        }
+        cp_async_commit();
+        cp_async_wait<STAGES - 1>();
         __syncthreads();
+        const bf16 *Ks = Kbuf + cur * TILE, *Vs = Vbuf + cur * TILE;
         float s[BN / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BN / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
@@ -203,8 +241,9 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(bf16 *out,
                 mma16816(o[dt + 1], pa, bv[2], bv[3]);
             }
         }
-        __syncthreads();
+        __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
     }
+    cp_async_wait<0>();
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         float l = lrow[hf];
@@ -239,24 +278,19 @@ static __global__ void attn_bwd_dot_kernel(float *dsum, const bf16 *dout, const 
     if (lane == 0) dsum[r] = acc;
 }
 
-template <int HD> struct bwd_cfg {
-    static constexpr int BM_KV = HD >= 128 ? 32 : 64; /* query tile of the dK/dV kernel */
-    static constexpr int BN_Q = HD >= 128 ? 32 : 64;  /* key tile of the dQ kernel */
-    static constexpr size_t kv_smem = (size_t)(2 * 64 + 2 * BM_KV) * (HD + 8) * sizeof(bf16) + 4 * BM_KV * sizeof(float);
-};
-
-/* dK, dV for one key tile of 64 (4 warps x 16 keys), one kv head, one batch row */
-template <int HD>
+/* dK, dV for one key tile of 64 (4 warps x 16 keys), one kv head, one batch row. The streamed tiles are
+ * (query head of the group, query tile) pairs, flattened so the pipeline runs across heads. */
+template <int HD, int STAGES>
 static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dout,
                                                                            const float *lse, const float *dsum,
                                                                            const bf16 *q, const bf16 *k, const bf16 *v,
                                                                            const int32_t *seg_start, int seq,
                                                                            int n_heads, int n_kv, float scale) {
-    constexpr int BN = 64, BM = bwd_cfg<HD>::BM_KV, LD = HD + 8;
+    constexpr int BN = 64, BM = att_cfg<HD>::BM_KV, LD = HD + 8, QT = BM * LD;
     extern __shared__ __align__(16) unsigned char att_smem[];
-    bf16 *Ks = (bf16 *)att_smem, *Vs = Ks + BN * LD, *Qs = Vs + BN * LD, *dOs = Qs + BM * LD;
-    float *s_lse2 = (float *)(dOs + BM * LD), *s_D = s_lse2 + BM;
-    int *s_seg = (int *)(s_D + BM), *s_minseg = s_seg + BM;
+    bf16 *Ks = (bf16 *)att_smem, *Vs = Ks + BN * LD, *Qbuf = Vs + BN * LD, *dObuf = Qbuf + 2 * QT;
+    float *s_lse2 = (float *)(dObuf + 2 * QT), *s_D = s_lse2 + 2 * BM; /* [2][BM] each */
+    int *s_seg = (int *)(s_D + 2 * BM);                                 /* [2][BM] */
 
     const int n0 = (gridDim.x - 1 - blockIdx.x) * BN;
     const int kvh = blockIdx.y, b = blockIdx.z, group = n_heads / n_kv;
@@ -265,12 +299,29 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
     const int64_t row_base = (int64_t)b * seq;
     const int32_t *segb = seg_start + row_base;
     const float sl2 = scale * 1.4426950408889634f;
+    const int m_start = (n0 / BM) * BM; /* causal: no query before the first key sees it */
+    const int n_mtiles = (seq - m_start + BM - 1) / BM, n_items = group * n_mtiles;
 
-    load_tile<HD, BN>(Ks, k + row_base * ks + (int64_t)kvh * HD, ks, n0, seq);
-    load_tile<HD, BN>(Vs, v + row_base * ks + (int64_t)kvh * HD, ks, n0, seq);
+    load_tile_async<HD, BN>(Ks, k + row_base * ks + (int64_t)kvh * HD, ks, n0, seq);
+    load_tile_async<HD, BN>(Vs, v + row_base * ks + (int64_t)kvh * HD, ks, n0, seq);
+    cp_async_commit();
     const int kr0 = warp * 16;
     const int key_a = n0 + kr0 + g, key_b = key_a + 8;
     const int n_last = min(n0 + BN - 1, seq - 1);
+
+    /* item -> (query head, query tile); issue its loads into buffer `buf` */
+    auto issue = [&](int item, int buf) {
+        const int h = kvh * group + item / n_mtiles, m0 = m_start + (item % n_mtiles) * BM;
+        load_tile_async<HD, BM>(Qbuf + buf * QT, q + row_base * qs + (int64_t)h * HD, qs, m0, seq);
+        load_tile_async<HD, BM>(dObuf + buf * QT, dout + row_base * qs + (int64_t)h * HD, qs, m0, seq);
+        for (int i = threadIdx.x; i < BM; i += ATT_THREADS) {
+            int qi = m0 + i;
+            bool ok = qi < seq;
+            s_seg[buf * BM + i] = ok ? segb[qi] : INT_MAX;
+            s_lse2[buf * BM + i] = ok ? lse[(row_base + qi) * n_heads + h] * 1.4426950408889634f : 0.0f;
+            s_D[buf * BM + i] = ok ? dsum[(row_base + qi) * n_heads + h] : 0.0f;
+        }
+    };
 
     float dka[HD / 8][4], dva[HD / 8][4];
 #pragma unroll
@@ -278,24 +329,25 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
 #pragma unroll
         for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.0f;
 
-    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-        const bf16 *qb = q + row_base * qs + (int64_t)h * HD, *dob = dout + row_base * qs + (int64_t)h * HD;
-        for (int m0 = (n0 / BM) * BM; m0 < seq; m0 += BM) {
-            __syncthreads(); /* previous tile's readers are done (and K/V loads on the first pass) */
-            load_tile<HD, BM>(Qs, qb, qs, m0, seq);
-            load_tile<HD, BM>(dOs, dob, qs, m0, seq);
-            for (int i = threadIdx.x; i < BM; i += ATT_THREADS) {
-                int qi = m0 + i;
-                bool ok = qi < seq;
-                s_seg[i] = ok ? segb[qi] : INT_MAX;
-                s_lse2[i] = ok ? lse[(row_base + qi) * n_heads + h] * 1.4426950408889634f : 0.0f;
-                s_D[i] = ok ? dsum[(row_base + qi) * n_heads + h] : 0.0f;
-            }
-            __syncthreads();
-            tile_min_seg(s_minseg, s_seg, BM);
-            __syncthreads();
-            if (*s_minseg > n_last) continue; /* no query of this tile sees any key of ours (block-uniform) */
-
+    if (STAGES == 2) {
+        if (n_items > 0) issue(0, 0);
+        cp_async_commit();
+    }
+    for (int item = 0; item < n_items; item++) {
+        const int cur = STAGES == 2 ? (item & 1) : 0;
+        if (STAGES == 2) {
+            if (item + 1 < n_items) issue(item + 1, cur ^ 1);
+        } else {
+            issue(item, 0);
+        }
+        cp_async_commit();
+        cp_async_wait<STAGES - 1>();
+        __syncthreads();
+        const int m0 = m_start + (item % n_mtiles) * BM;
+        const bf16 *Qs = Qbuf + cur * QT, *dOs = dObuf + cur * QT;
+        const int *tseg = s_seg + cur * BM;
+        const float *tlse2 = s_lse2 + cur * BM, *tD = s_D + cur * BM;
+        if (warp_min_seg(tseg, BM) <= n_last) { /* else no query of this tile sees our keys (block-uniform) */
             float st[BM / 8][4], dpt[BM / 8][4];
 #pragma unroll
             for (int nt = 0; nt < BM / 8; nt++)
@@ -322,10 +374,10 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
                 for (int e = 0; e < 4; e++) {
                     int ci = nt * 8 + 2 * t + (e & 1); /* query index in the tile */
                     int qi = m0 + ci, kj = e < 2 ? key_a : key_b;
-                    bool ok = kj <= qi && kj >= s_seg[ci]; /* s_seg is INT_MAX beyond seq */
-                    float p = ok ? exp2f(st[nt][e] * sl2 - s_lse2[ci]) : 0.0f;
+                    bool ok = kj <= qi && kj >= tseg[ci]; /* tseg is INT_MAX beyond seq */
+                    float p = ok ? exp2f(st[nt][e] * sl2 - tlse2[ci]) : 0.0f;
                     st[nt][e] = p;
-                    dpt[nt][e] = p * (dpt[nt][e] - s_D[ci]);
+                    dpt[nt][e] = p * (dpt[nt][e] - tD[ci]);
                 }
             /* dV += P^T dO, dK += dS^T Q (k = queries) */
 #pragma unroll
@@ -348,7 +400,9 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
                 }
             }
         }
+        __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
     }
+    cp_async_wait<0>();
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         const int kj = hf ? key_b : key_a;
@@ -363,18 +417,17 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
 }
 
 /* dQ for one query tile of 64 (4 warps x 16 rows), one head, one batch row */
-template <int HD>
+template <int HD, int STAGES>
 static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const float *lse,
                                                                          const float *dsum, const bf16 *q,
                                                                          const bf16 *k, const bf16 *v,
                                                                          const int32_t *seg_start, int seq, int n_heads,
                                                                          int n_kv, float scale) {
-    constexpr int BM = 64, BN = bwd_cfg<HD>::BN_Q, LD = HD + 8;
-    constexpr int ROWS = BM > BN ? BM : BN;
-    __shared__ __align__(16) bf16 Ks[ROWS * LD];
-    __shared__ __align__(16) bf16 Vs[ROWS * LD];
+    constexpr int BM = 64, BN = att_cfg<HD>::BN_Q, LD = HD + 8, TILE = BN * LD;
+    static_assert(2 * BN >= BM, "Q / dO are staged through two key buffers");
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *Kbuf = (bf16 *)att_smem, *Vbuf = Kbuf + 2 * TILE; /* [2][TILE] each */
     __shared__ int s_seg[BM];
-    __shared__ int s_minseg;
 
     const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
     const int h = blockIdx.y, b = blockIdx.z;
@@ -387,16 +440,18 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dq_kernel(bf16 *d
     const float sl2 = scale * 1.4426950408889634f;
 
     if (threadIdx.x < BM) s_seg[threadIdx.x] = m0 + (int)threadIdx.x < seq ? segb[m0 + threadIdx.x] : INT_MAX;
-    load_tile<HD, BM>(Ks, q + row_base * qs + (int64_t)h * HD, qs, m0, seq);
-    load_tile<HD, BM>(Vs, dout + row_base * qs + (int64_t)h * HD, qs, m0, seq);
+    load_tile_async<HD, BM>(Kbuf, q + row_base * qs + (int64_t)h * HD, qs, m0, seq);
+    load_tile_async<HD, BM>(Vbuf, dout + row_base * qs + (int64_t)h * HD, qs, m0, seq);
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
-    tile_min_seg(&s_minseg, s_seg, BM);
+    const int minseg = warp_min_seg(s_seg, BM);
     const int r0 = warp * 16;
     uint32_t qa[HD / 16][4], doa[HD / 16][4];
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
-        lda_frag(qa[kk], Ks, LD, r0, kk * 16, g, t);
-        lda_frag(doa[kk], Vs, LD, r0, kk * 16, g, t);
+        lda_frag(qa[kk], Kbuf, LD, r0, kk * 16, g, t);
+        lda_frag(doa[kk], Vbuf, LD, r0, kk * 16, g, t);
     }
     const int row_a = m0 + r0 + g, row_b = row_a + 8;
     const int seg_a = s_seg[r0 + g], seg_b = s_seg[r0 + g + 8];
@@ -404,18 +459,35 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dq_kernel(bf16 *d
     const float lse2_b = row_b < seq ? lse[(row_base + row_b) * n_heads + h] * 1.4426950408889634f : 0.0f;
     const float d_a = row_a < seq ? dsum[(row_base + row_a) * n_heads + h] : 0.0f;
     const float d_b = row_b < seq ? dsum[(row_base + row_b) * n_heads + h] : 0.0f;
-    __syncthreads();
-    const int minseg = s_minseg;
+    __syncthreads(); /* Q / dO fragments read before the buffers are refilled */
     const int last = min(m0 + BM - 1, seq - 1);
+    const int n_begin = (minseg / BN) * BN;
 
     float dqa[HD / 8][4];
 #pragma unroll
     for (int i = 0; i < HD / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.0f;
 
-    for (int n0 = (minseg / BN) * BN; n0 <= last; n0 += BN) {
-        load_tile<HD, BN>(Ks, kb, ks, n0, seq);
-        load_tile<HD, BN>(Vs, vb, ks, n0, seq);
+    if (STAGES == 2 && n_begin <= last) {
+        load_tile_async<HD, BN>(Kbuf, kb, ks, n_begin, seq);
+        load_tile_async<HD, BN>(Vbuf, vb, ks, n_begin, seq);
+    }
+    if (STAGES == 2) cp_async_commit();
+    int it = 0;
+    for (int n0 = n_begin; n0 <= last; n0 += BN, it++) {
+        const int cur = STAGES == 2 ? (it & 1) : 0;
+        if (STAGES == 2) {
+            if (n0 + BN <= last) {
+                load_tile_async<HD, BN>(Kbuf + (cur ^ 1) * TILE, kb, ks, n0 + BN, seq);
+                load_tile_async<HD, BN>(Vbuf + (cur ^ 1) * TILE, vb, ks, n0 + BN, seq);
+            }
+        } else {
+            load_tile_async<HD, BN>(Kbuf, kb, ks, n0, seq);
+            load_tile_async<HD, BN>(Vbuf, vb, ks, n0, seq);
+        }
+        cp_async_commit();
+        cp_async_wait<STAGES - 1>();
         __syncthreads();
+        const bf16 *Ks = Kbuf + cur * TILE, *Vs = Vbuf + cur * TILE;
         float s[BN / 8][4], dp[BN / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BN / 8; nt++)
@@ -453,8 +525,9 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dq_kernel(bf16 *d
                 mma16816(dqa[dt + 1], da, bk[2], bk[3]);
             }
         }
-        __syncthreads();
+        __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
     }
+    cp_async_wait<0>();
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         const int i = hf ? row_b : row_a;
@@ -481,12 +554,40 @@ static void attn_check_args(int n_heads, int n_kv_heads, const void *q, const vo
     abort();
 }
 
-template <int HD>
+/* QLT_ATTN_STAGES=1 in the environment selects the unpipelined kernels (read once) */
+static int attn_stages(void) {
+    static int stages = 0;
+    if (!stages) {
+        const char *e = getenv("QLT_ATTN_STAGES");
+        stages = (e && e[0] == '1') ? 1 : 2;
+    }
+    return stages;
+}
+
+/* the dynamic shared-memory limit is a host-side function attribute (not a stream operation, so this
+ * is safe under graph capture); raised once per kernel instantiation */
+template <typename K> static void attn_smem_attr(K kernel, size_t bytes, bool *done) {
+    if (*done) return;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    *done = true;
+}
+
+template <int HD, int STAGES>
 static void attn_fwd_launch(cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                             const int32_t *seg, int batch, int seq, int n_heads, int n_kv, float scale) {
+    static bool attr = false;
+    const size_t smem = att_cfg<HD>::fwd_smem;
+    attn_smem_attr(attn_fwd_kernel<HD, STAGES>, smem, &attr);
     dim3 grid((seq + 63) / 64, n_heads, batch);
-    attn_fwd_kernel<HD><<<grid, ATT_THREADS, 0, s>>>(out, lse, q, k, v, seg, seq, n_heads, n_kv, scale);
+    attn_fwd_kernel<HD, STAGES><<<grid, ATT_THREADS, smem, s>>>(out, lse, q, k, v, seg, seq, n_heads, n_kv, scale);
     CUDA_CHECK_LAUNCH();
+}
+
+template <int HD>
+static void attn_fwd_dispatch(cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                              const int32_t *seg, int batch, int seq, int n_heads, int n_kv, float scale) {
+    if (attn_stages() == 1) attn_fwd_launch<HD, 1>(s, out, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
+    else attn_fwd_launch<HD, 2>(s, out, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
 }
 
 void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
@@ -498,32 +599,41 @@ void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *
     bf16 *o = (bf16 *)out;
     const bf16 *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
     switch (head_dim) {
-    case 16: attn_fwd_launch<16>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
-    case 32: attn_fwd_launch<32>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
-    case 64: attn_fwd_launch<64>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
-    case 96: attn_fwd_launch<96>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
-    case 128: attn_fwd_launch<128>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 16: attn_fwd_dispatch<16>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 32: attn_fwd_dispatch<32>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 64: attn_fwd_dispatch<64>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 96: attn_fwd_dispatch<96>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 128: attn_fwd_dispatch<128>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
     default: attn_bad_head_dim(head_dim);
     }
 }
 
-template <int HD>
+template <int HD, int STAGES>
 static void attn_bwd_launch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float *dsum, const bf16 *dout,
                             const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seg,
                             int batch, int seq, int n_heads, int n_kv, float scale) {
-    const size_t smem = bwd_cfg<HD>::kv_smem;
-    static bool attr_set = false; /* a host-side attribute, not a stream operation: safe under capture */
-    if (!attr_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkdv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        attr_set = true;
-    }
+    static bool attr_kv = false, attr_q = false;
+    const size_t kv_smem = att_cfg<HD>::kv_smem, q_smem = att_cfg<HD>::dq_smem;
+    attn_smem_attr(attn_bwd_dkdv_kernel<HD, STAGES>, kv_smem, &attr_kv);
+    attn_smem_attr(attn_bwd_dq_kernel<HD, STAGES>, q_smem, &attr_q);
     dim3 gkv((seq + 63) / 64, n_kv, batch);
-    attn_bwd_dkdv_kernel<HD><<<gkv, ATT_THREADS, smem, s>>>(dk, dv, dout, lse, dsum, q, k, v, seg, seq, n_heads, n_kv,
-                                                            scale);
+    attn_bwd_dkdv_kernel<HD, STAGES><<<gkv, ATT_THREADS, kv_smem, s>>>(dk, dv, dout, lse, dsum, q, k, v, seg, seq,
+                                                                       n_heads, n_kv, scale);
     CUDA_CHECK_LAUNCH();
     dim3 gq((seq + 63) / 64, n_heads, batch);
-    attn_bwd_dq_kernel<HD><<<gq, ATT_THREADS, 0, s>>>(dq, dout, lse, dsum, q, k, v, seg, seq, n_heads, n_kv, scale);
+    attn_bwd_dq_kernel<HD, STAGES><<<gq, ATT_THREADS, q_smem, s>>>(dq, dout, lse, dsum, q, k, v, seg, seq, n_heads,
+                                                                   n_kv, scale);
     CUDA_CHECK_LAUNCH();
+}
+
+template <int HD>
+static void attn_bwd_dispatch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float *dsum, const bf16 *dout,
+                              const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seg,
+                              int batch, int seq, int n_heads, int n_kv, float scale) {
+    if (attn_stages() == 1)
+        attn_bwd_launch<HD, 1>(s, dq, dk, dv, dsum, dout, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
+    else
+        attn_bwd_launch<HD, 2>(s, dq, dk, dv, dsum, dout, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
 }
 
 void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
@@ -540,11 +650,11 @@ void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float
     bf16 *a = (bf16 *)dq, *bk = (bf16 *)dk, *c = (bf16 *)dv;
     const bf16 *d = (const bf16 *)dout, *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
     switch (head_dim) {
-    case 16: attn_bwd_launch<16>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
-    case 32: attn_bwd_launch<32>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
-    case 64: attn_bwd_launch<64>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
-    case 96: attn_bwd_launch<96>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
-    case 128: attn_bwd_launch<128>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 16: attn_bwd_dispatch<16>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 32: attn_bwd_dispatch<32>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 64: attn_bwd_dispatch<64>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 96: attn_bwd_dispatch<96>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 128: attn_bwd_dispatch<128>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
     default: attn_bad_head_dim(head_dim);
     }
 }
