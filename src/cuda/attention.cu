@@ -116,6 +116,59 @@ template <int HD> struct att_cfg {
     static constexpr size_t kv_smem = (size_t)(2 * 64 + 4 * BM_KV) * LD * sizeof(bf16) + 6 * BM_KV * sizeof(float);
 };
 
+/* acc [16 x HD] += C [16 x K] . X [K x HD]: C given as the fp32 accumulators of K/8 n8 tiles (rounded to
+ * bf16 here and reused as the A operand), X a row-major [K][HD] smem tile (B read with ldmatrix.trans) */
+template <int HD, int K>
+static __device__ __forceinline__ void mma_acc_tile(float acc[HD / 8][4], const float c[K / 8][4], const bf16 *X,
+                                                    int lane) {
+#pragma unroll
+    for (int j = 0; j < K / 16; j++) {
+        uint32_t a[4] = {pack_bf16(c[2 * j][0], c[2 * j][1]), pack_bf16(c[2 * j][2], c[2 * j][3]),
+                         pack_bf16(c[2 * j + 1][0], c[2 * j + 1][1]), pack_bf16(c[2 * j + 1][2], c[2 * j + 1][3])};
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt += 2) {
+            uint32_t bx[4];
+            ldsm_x4_trans(bx, X, HD + 8, j * 16, dt * 8, lane);
+            mma16816(acc[dt], a, bx[0], bx[1]);
+            mma16816(acc[dt + 1], a, bx[2], bx[3]);
+        }
+    }
+}
+
+/* Streaming K / V tiles of BN rows through two buffers each ([2][BN * (HD + 8)]): kv_prologue starts the
+ * first tile (STAGES 2), kv_stage (at the top of each iteration) starts the next one and waits for the
+ * current one, then barriers; returns the buffer index to read. */
+template <int HD, int BN, int STAGES>
+static __device__ __forceinline__ void kv_prologue(bf16 *Kbuf, bf16 *Vbuf, const bf16 *kb, const bf16 *vb, int64_t ks,
+                                                   int n_begin, int last, int seq) {
+    if (STAGES != 2) return;
+    if (n_begin <= last) {
+        load_tile_async<HD, BN>(Kbuf, kb, ks, n_begin, seq);
+        load_tile_async<HD, BN>(Vbuf, vb, ks, n_begin, seq);
+    }
+    cp_async_commit();
+}
+
+template <int HD, int BN, int STAGES>
+static __device__ __forceinline__ int kv_stage(bf16 *Kbuf, bf16 *Vbuf, const bf16 *kb, const bf16 *vb, int64_t ks,
+                                               int n0, int last, int seq, int it) {
+    constexpr int TILE = BN * (HD + 8);
+    const int cur = STAGES == 2 ? (it & 1) : 0;
+    if (STAGES == 2) {
+        if (n0 + BN <= last) {
+            load_tile_async<HD, BN>(Kbuf + (cur ^ 1) * TILE, kb, ks, n0 + BN, seq);
+            load_tile_async<HD, BN>(Vbuf + (cur ^ 1) * TILE, vb, ks, n0 + BN, seq);
+        }
+    } else {
+        load_tile_async<HD, BN>(Kbuf, kb, ks, n0, seq);
+        load_tile_async<HD, BN>(Vbuf, vb, ks, n0, seq);
+    }
+    cp_async_commit();
+    cp_async_wait<STAGES - 1>();
+    __syncthreads();
+    return cur;
+}
+
 /* ================================ forward ================================ */
 
 template <int HD, int STAGES>
@@ -160,26 +213,10 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(bf16 *out,
     for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
 
-    if (STAGES == 2 && n_begin <= last) {
-        load_tile_async<HD, BN>(Kbuf, kb, ks, n_begin, seq);
-        load_tile_async<HD, BN>(Vbuf, vb, ks, n_begin, seq);
-    }
-    if (STAGES == 2) cp_async_commit();
+    kv_prologue<HD, BN, STAGES>(Kbuf, Vbuf, kb, vb, ks, n_begin, last, seq);
     int it = 0;
     for (int n0 = n_begin; n0 <= last; n0 += BN, it++) {
-        const int cur = STAGES == 2 ? (it & 1) : 0;
-        if (STAGES == 2) {
-            if (n0 + BN <= last) {
-                load_tile_async<HD, BN>(Kbuf + (cur ^ 1) * TILE, kb, ks, n0 + BN, seq);
-                load_tile_async<HD, BN>(Vbuf + (cur ^ 1) * TILE, vb, ks, n0 + BN, seq);
-            }
-        } else {
-            load_tile_async<HD, BN>(Kbuf, kb, ks, n0, seq);
-            load_tile_async<HD, BN>(Vbuf, vb, ks, n0, seq);
-        }
-        cp_async_commit();
-        cp_async_wait<STAGES - 1>();
-        __syncthreads();
+        const int cur = kv_stage<HD, BN, STAGES>(Kbuf, Vbuf, kb, vb, ks, n0, last, seq, it);
         const bf16 *Ks = Kbuf + cur * TILE, *Vs = Vbuf + cur * TILE;
         float s[BN / 8][4];
 #pragma unroll
@@ -228,19 +265,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(bf16 *out,
                 o[dt][2 * hf + 1] *= alpha;
             }
         }
-        /* O += P V */
-#pragma unroll
-        for (int j = 0; j < BN / 16; j++) {
-            uint32_t pa[4] = {pack_bf16(s[2 * j][0], s[2 * j][1]), pack_bf16(s[2 * j][2], s[2 * j][3]),
-                              pack_bf16(s[2 * j + 1][0], s[2 * j + 1][1]), pack_bf16(s[2 * j + 1][2], s[2 * j + 1][3])};
-#pragma unroll
-            for (int dt = 0; dt < HD / 8; dt += 2) {
-                uint32_t bv[4];
-                ldsm_x4_trans(bv, Vs, LD, j * 16, dt * 8, lane);
-                mma16816(o[dt], pa, bv[0], bv[1]);
-                mma16816(o[dt + 1], pa, bv[2], bv[3]);
-            }
-        }
+        mma_acc_tile<HD, BN>(o, s, Vs, lane); /* O += P V */
         __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
     }
     cp_async_wait<0>();
@@ -379,26 +404,8 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
                     st[nt][e] = p;
                     dpt[nt][e] = p * (dpt[nt][e] - tD[ci]);
                 }
-            /* dV += P^T dO, dK += dS^T Q (k = queries) */
-#pragma unroll
-            for (int j = 0; j < BM / 16; j++) {
-                uint32_t pa[4] = {pack_bf16(st[2 * j][0], st[2 * j][1]), pack_bf16(st[2 * j][2], st[2 * j][3]),
-                                  pack_bf16(st[2 * j + 1][0], st[2 * j + 1][1]),
-                                  pack_bf16(st[2 * j + 1][2], st[2 * j + 1][3])};
-                uint32_t da[4] = {pack_bf16(dpt[2 * j][0], dpt[2 * j][1]), pack_bf16(dpt[2 * j][2], dpt[2 * j][3]),
-                                  pack_bf16(dpt[2 * j + 1][0], dpt[2 * j + 1][1]),
-                                  pack_bf16(dpt[2 * j + 1][2], dpt[2 * j + 1][3])};
-#pragma unroll
-                for (int dt = 0; dt < HD / 8; dt += 2) {
-                    uint32_t bo[4], bq[4];
-                    ldsm_x4_trans(bo, dOs, LD, j * 16, dt * 8, lane);
-                    ldsm_x4_trans(bq, Qs, LD, j * 16, dt * 8, lane);
-                    mma16816(dva[dt], pa, bo[0], bo[1]);
-                    mma16816(dva[dt + 1], pa, bo[2], bo[3]);
-                    mma16816(dka[dt], da, bq[0], bq[1]);
-                    mma16816(dka[dt + 1], da, bq[2], bq[3]);
-                }
-            }
+            mma_acc_tile<HD, BM>(dva, st, dOs, lane); /* dV += P^T dO (k = queries) */
+            mma_acc_tile<HD, BM>(dka, dpt, Qs, lane); /* dK += dS^T Q */
         }
         __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
     }
@@ -467,26 +474,10 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dq_kernel(bf16 *d
 #pragma unroll
     for (int i = 0; i < HD / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.0f;
 
-    if (STAGES == 2 && n_begin <= last) {
-        load_tile_async<HD, BN>(Kbuf, kb, ks, n_begin, seq);
-        load_tile_async<HD, BN>(Vbuf, vb, ks, n_begin, seq);
-    }
-    if (STAGES == 2) cp_async_commit();
+    kv_prologue<HD, BN, STAGES>(Kbuf, Vbuf, kb, vb, ks, n_begin, last, seq);
     int it = 0;
     for (int n0 = n_begin; n0 <= last; n0 += BN, it++) {
-        const int cur = STAGES == 2 ? (it & 1) : 0;
-        if (STAGES == 2) {
-            if (n0 + BN <= last) {
-                load_tile_async<HD, BN>(Kbuf + (cur ^ 1) * TILE, kb, ks, n0 + BN, seq);
-                load_tile_async<HD, BN>(Vbuf + (cur ^ 1) * TILE, vb, ks, n0 + BN, seq);
-            }
-        } else {
-            load_tile_async<HD, BN>(Kbuf, kb, ks, n0, seq);
-            load_tile_async<HD, BN>(Vbuf, vb, ks, n0, seq);
-        }
-        cp_async_commit();
-        cp_async_wait<STAGES - 1>();
-        __syncthreads();
+        const int cur = kv_stage<HD, BN, STAGES>(Kbuf, Vbuf, kb, vb, ks, n0, last, seq, it);
         const bf16 *Ks = Kbuf + cur * TILE, *Vs = Vbuf + cur * TILE;
         float s[BN / 8][4], dp[BN / 8][4];
 #pragma unroll
@@ -512,19 +503,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dq_kernel(bf16 *d
                 float p = ok ? exp2f(s[nt][e] * sl2 - (e < 2 ? lse2_a : lse2_b)) : 0.0f;
                 s[nt][e] = p * (dp[nt][e] - (e < 2 ? d_a : d_b)); /* dS */
             }
-        /* dQ += dS K (k = keys) */
-#pragma unroll
-        for (int j = 0; j < BN / 16; j++) {
-            uint32_t da[4] = {pack_bf16(s[2 * j][0], s[2 * j][1]), pack_bf16(s[2 * j][2], s[2 * j][3]),
-                              pack_bf16(s[2 * j + 1][0], s[2 * j + 1][1]), pack_bf16(s[2 * j + 1][2], s[2 * j + 1][3])};
-#pragma unroll
-            for (int dt = 0; dt < HD / 8; dt += 2) {
-                uint32_t bk[4];
-                ldsm_x4_trans(bk, Ks, LD, j * 16, dt * 8, lane);
-                mma16816(dqa[dt], da, bk[0], bk[1]);
-                mma16816(dqa[dt + 1], da, bk[2], bk[3]);
-            }
-        }
+        mma_acc_tile<HD, BN>(dqa, s, Ks, lane); /* dQ += dS K (k = keys) */
         __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
     }
     cp_async_wait<0>();

@@ -368,16 +368,23 @@ static lora_ws lora_layout(qlt_backend *be, int64_t in, int64_t out, int r, int6
     return L;
 }
 
-void qlt_cuda_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const float *a, const float *b, int64_t n,
-                       int64_t in, int64_t out, int r, float scale) {
-    if (n <= 0) return;
-    cuda_impl *impl = cuda_impl_of(be);
-    cudaStream_t s = impl->stream;
+/* the workspace layout, with A3 and B3 built from the current A and B */
+static lora_ws lora_prepare(qlt_backend *be, const float *a, const float *b, int64_t in, int64_t out, int r, int64_t n) {
+    cudaStream_t s = cuda_impl_of(be)->stream;
     lora_ws L = lora_layout(be, in, out, r, n);
     stack3_kernel<<<qlt_grid((int64_t)r * in, 256), 256, 0, s>>>(L.a3, a, (int64_t)r * in);
     CUDA_CHECK_LAUNCH();
     split3_rows_kernel<<<qlt_grid(out * r, 256), 256, 0, s>>>(L.b3, b, out, r, 1);
     CUDA_CHECK_LAUNCH();
+    return L;
+}
+
+void qlt_cuda_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const float *a, const float *b, int64_t n,
+                       int64_t in, int64_t out, int r, float scale) {
+    if (n <= 0) return;
+    cuda_impl *impl = cuda_impl_of(be);
+    cudaStream_t s = impl->stream;
+    lora_ws L = lora_prepare(be, a, b, in, out, r, n);
     const bf16 *ah = L.a3, *al = L.a3 + (int64_t)r * in;
     /* u = x Ah^T + x Al^T  (fp32) */
     qlt_cuda_gemm(be, 0, 1, n, r, in, 1.0f, x, CUDA_R_16BF, in, ah, CUDA_R_16BF, in, 0.0f, u, CUDA_R_32F, r);
@@ -398,11 +405,7 @@ void qlt_cuda_lora_bwd(qlt_backend *be, void *dx, float *da, float *db, float *s
     if (n <= 0) return;
     cuda_impl *impl = cuda_impl_of(be);
     cudaStream_t s = impl->stream;
-    lora_ws L = lora_layout(be, in, out, r, n);
-    stack3_kernel<<<qlt_grid((int64_t)r * in, 256), 256, 0, s>>>(L.a3, a, (int64_t)r * in);
-    CUDA_CHECK_LAUNCH();
-    split3_rows_kernel<<<qlt_grid(out * r, 256), 256, 0, s>>>(L.b3, b, out, r, 1);
-    CUDA_CHECK_LAUNCH();
+    lora_ws L = lora_prepare(be, a, b, in, out, r, n);
     float *du = scratch; /* [n, r] */
     /* du = scale dy (Bh + Bl)   (B3 columns [0, r) = bh, [r, 2r) = bl) */
     qlt_cuda_gemm(be, 0, 0, n, r, out, scale, dy, CUDA_R_16BF, out, L.b3, CUDA_R_16BF, 3 * r, 0.0f, du, CUDA_R_32F, r);
