@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # gpu-check.sh [BUILD_DIR] [FILTER]: runs the GPU verification harness on the GPU machine: every CUDA op
-# against the CPU reference, CUDA-graph replay, then the timing rows; the results table is printed last.
-# Exit status: 0 when every row passed. FILTER (optional) runs only the checks whose name contains it
-# (embed, rmsnorm, rope, elementwise, linear, lora, attention, lm_head_loss, optimizer, graph_capture, perf).
+# against the CPU reference, CUDA-graph replay, then the timing rows. Each check group runs in its own
+# process, so a crash (a CUDA_CHECK abort, an illegal address) loses only that group; the combined
+# results table is printed last. Exit status 0 when every row passed and nothing crashed.
+# FILTER (optional) keeps only the groups whose name contains it. Environment knobs for bisecting:
+# QLT_ATTN_STAGES=1 (unpipelined attention kernels), CUDA_LAUNCH_BLOCKING=1 (errors at the failing launch).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build}
@@ -14,13 +16,29 @@ if [ ! -x "$bin" ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
 export LD_LIBRARY_PATH="$build_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-log=$(mktemp)
-# The checks print rows as they go (progress); the table (everything after the blank line before "| check")
-# is printed again at the very end so it is the last thing on screen.
-"$bin" $filter 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
+groups="embed rmsnorm rope elementwise linear lora attention lm_head_loss optimizer graph_capture perf"
+table=$(mktemp)
+status=0
+for g in $groups; do
+  case "$g" in *"$filter"*) ;; *) continue ;; esac
+  echo "==== $g"
+  out=$("$bin" "$g" 2>&1)
+  rc=$?
+  echo "$out" | sed -n '/^| check |/q;p'
+  echo "$out" | sed -n '/^| check |/,$p' | grep '^| ' | grep -v '^| check |' | grep -v '^|---' >> "$table"
+  if [ "$rc" -gt 1 ]; then
+    echo "| $g | | | | CRASH (exit $rc): $(echo "$out" | grep -m1 -iE 'error|abort' | tr '|' '/') |" >> "$table"
+    status=1
+  elif [ "$rc" -ne 0 ]; then
+    status=1
+  fi
+done
 echo
-echo "================ results ================"
-sed -n '/^| check |/,$p' "$log"
-rm -f "$log"
-exit "$rc"
+echo "| check | shape | result | tolerance / unit | status |"
+echo "|---|---|---|---|---|"
+cat "$table"
+fails=$(grep -c -E 'FAIL|CRASH' "$table" || true)
+echo
+echo "gpu-check: $(wc -l < "$table") rows, $fails failed"
+rm -f "$table"
+exit "$status"

@@ -317,7 +317,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
     float *s_lse2 = (float *)(dObuf + 2 * QT), *s_D = s_lse2 + 2 * BM; /* [2][BM] each */
     int *s_seg = (int *)(s_D + 2 * BM);                                 /* [2][BM] */
 
-    const int n0 = (gridDim.x - 1 - blockIdx.x) * BN;
+    const int n0 = blockIdx.x * BN; /* the first key tiles have the most queries: launched first */
     const int kvh = blockIdx.y, b = blockIdx.z, group = n_heads / n_kv;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t qs = (int64_t)n_heads * HD, ks = (int64_t)n_kv * HD;
