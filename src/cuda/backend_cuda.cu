@@ -172,7 +172,9 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
         return NULL;
     }
     CUBLAS_CHECK(cublasSetStream(impl->blas, impl->stream));
-    CUBLAS_CHECK(cublasSetMathMode(impl->blas, CUBLAS_DEFAULT_MATH)); /* no TF32 for fp32 GEMMs */
+    /* no TF32 for fp32 GEMMs; split-K partial sums of bf16 / fp16 outputs kept in fp32 */
+    CUBLAS_CHECK(cublasSetMathMode(impl->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                                             CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     CUBLAS_CHECK(cublasSetPointerMode(impl->blas, CUBLAS_POINTER_MODE_HOST));
     size_t ws_bytes = QLT_CUDA_BLAS_WS_BYTES, conv_bytes = sizeof(float) * 3 * (size_t)QLT_CUDA_CONV_ELEMS;
     impl->blas_ws = qlt_cuda_alloc_tracked(be, ws_bytes);
