@@ -9,10 +9,21 @@
 
 /* ---- the list of checks: one line per check function ---- */
 #define GPU_CHECKS(X) /* X(name, function) */ \
-    X("nf4_rcp", check_nf4_rcp) \
-    X("nf4_quantize", check_nf4_quantize) \
-    X("nf4_bandwidth", check_nf4_bandwidth) \
-    X("nf4_bnb", check_nf4_bnb) \
+    X("embed", check_embed)                   \
+    X("rmsnorm", check_rmsnorm)               \
+    X("rope", check_rope)                     \
+    X("elementwise", check_elementwise)       \
+    X("linear", check_linear)                 \
+    X("lora", check_lora)                     \
+    X("attention", check_attention)           \
+    X("lm_head_loss", check_lm_head_loss)     \
+    X("optimizer", check_optimizer)           \
+    X("graph_capture", check_graph_capture)   \
+    X("perf", check_perf)                     \
+    X("nf4_rcp", check_nf4_rcp)               \
+    X("nf4_quantize", check_nf4_quantize)     \
+    X("nf4_bandwidth", check_nf4_bandwidth)   \
+    X("nf4_bnb", check_nf4_bnb)               \
     X("nf4_bnb_ckpt", check_nf4_bnb_ckpt)
 
 #define DECLARE(name, fn) void fn(void);

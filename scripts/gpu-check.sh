@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# gpu-check.sh [BUILD_DIR] [FILTER]: runs the GPU verification harness on the GPU machine: every CUDA op
+# against the CPU reference, CUDA-graph replay, then the timing rows. Each check group runs in its own
+# process, so a crash (a CUDA_CHECK abort, an illegal address) loses only that group; the combined
+# results table is printed last. Exit status 0 when every row passed and nothing crashed.
+# FILTER (optional) keeps only the groups whose name contains it. Environment knobs for bisecting:
+# QLT_ATTN_STAGES=1 (unpipelined attention kernels), CUDA_LAUNCH_BLOCKING=1 (errors at the failing launch).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${1:-build}
+filter=${2:-}
+bin="$build_dir/qlt_gpu_check"
+if [ ! -x "$bin" ]; then
+  echo "gpu-check: $bin not found: build with cmake -S . -B $build_dir -DCMAKE_BUILD_TYPE=Release && cmake --build $build_dir" >&2
+  exit 2
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
+export LD_LIBRARY_PATH="$build_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+groups="embed rmsnorm rope elementwise linear lora attention lm_head_loss optimizer graph_capture perf"
+table=$(mktemp)
+status=0
+for g in $groups; do
+  case "$g" in *"$filter"*) ;; *) continue ;; esac
+  echo "==== $g"
+  out=$("$bin" "$g" 2>&1)
+  rc=$?
+  echo "$out" | sed -n '/^| check |/q;p'
+  echo "$out" | sed -n '/^| check |/,$p' | grep '^| ' | grep -v '^| check |' | grep -v '^|---' >> "$table"
+  if [ "$rc" -gt 1 ]; then
+    echo "| $g | | | | CRASH (exit $rc): $(echo "$out" | grep -m1 -iE 'error|abort' | tr '|' '/') |" >> "$table"
+    status=1
+  elif [ "$rc" -ne 0 ]; then
+    status=1
+  fi
+done
+echo
+echo "| check | shape | result | tolerance / unit | status |"
+echo "|---|---|---|---|---|"
+cat "$table"
+fails=$(grep -c -E 'FAIL|CRASH' "$table" || true)
+echo
+echo "gpu-check: $(wc -l < "$table") rows, $fails failed"
+rm -f "$table"
+exit "$status"

@@ -1,0 +1,639 @@
+/* attention.cu: fused causal grouped-query attention with packed-example masking (flash-attention 2
+ * style), forward and backward, bf16 in / out, fp32 accumulation on tensor cores (mma.sync m16n8k16).
+ * Query t of a row attends keys j of the same row with seg_start[t] <= j <= t; the S x S score matrix
+ * is never stored, only lse = log-sum-exp of the scaled scores per (token, head).
+ *
+ * Layouts: q/out/dq [B*S, n_heads*HD], k/v/dk/dv [B*S, n_kv*HD]; query head h reads kv head
+ * h / (n_heads / n_kv). Tiles live in shared memory row-major with rows padded by 8 bf16 (16 bytes),
+ * which makes both the 32-bit fragment loads and ldmatrix conflict-free.
+ *
+ * Forward   (grid: query tiles of 64 x heads x batch; 4 warps x 16 query rows): Q fragments stay in
+ *           registers; for each key tile of 64 from the tile's smallest seg_start (whole tiles before
+ *           it are skipped) to its last query: S = Q K^T, mask, online softmax (exp2, running max and
+ *           sum per row), O += P V with P reused from the S accumulators as the A operand.
+ * Backward  D = rowsum(dO * O) (one warp per row) into the caller's scratch, then two kernels with no
+ *           atomics (deterministic): dK/dV (grid: key tiles of 64 x kv heads x batch; each warp owns 16
+ *           keys and accumulates over every query head of its group and every query tile that can see
+ *           it) and dQ (grid like the forward; recomputes P and dP per key tile).
+ *
+ * Fragment layouts (PTX ISA, mma.m16n8k16 bf16; g = lane / 4, t = lane % 4):
+ *   A 16x16 row-major: reg0 = A[g][2t..2t+1], reg1 = A[g+8][2t..], reg2 = A[g][2t+8..], reg3 = A[g+8][2t+8..]
+ *   B 16x8  (k x n)  : reg0 = B[2t..2t+1][g], reg1 = B[2t+8..2t+9][g]
+ *   C 16x8           : c0,c1 = C[g][2t..2t+1], c2,c3 = C[g+8][2t..2t+1]
+ * B from a row-major [n][k] tile (K for S = Q K^T) is two 32-bit loads; B from a row-major [k][n] tile
+ * (V for O = P V) is ldmatrix.x4.trans, which yields the B fragments of two adjacent n8 tiles. */
+#include "cuda/cuda_common.h"
+
+#include <limits.h>
+
+#define ATT_THREADS 128
+
+static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+static __device__ __forceinline__ uint32_t lds32(const bf16 *p) { return *(const uint32_t *)p; }
+
+/* B fragments of n-tiles (n0, n0+8) for k rows k0..k0+15 of a row-major [k][n] smem tile */
+static __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const bf16 *tile, int ld, int k0, int n0,
+                                                     int lane) {
+#ifdef QLT_ATTN_NO_LDMATRIX
+    /* reference path: plain 16-bit loads (for bisecting a suspected ldmatrix problem) */
+    int g = lane >> 2, t = lane & 3;
+    const unsigned short *u = (const unsigned short *)tile;
+#define LD2(kk, nn) ((uint32_t)u[(kk)*ld + (nn)] | ((uint32_t)u[((kk) + 1) * ld + (nn)] << 16))
+    r[0] = LD2(k0 + 2 * t, n0 + g);
+    r[1] = LD2(k0 + 2 * t + 8, n0 + g);
+    r[2] = LD2(k0 + 2 * t, n0 + 8 + g);
+    r[3] = LD2(k0 + 2 * t + 8, n0 + 8 + g);
+#undef LD2
+#else
+    const bf16 *p = tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8;
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+#endif
+}
+
+/* rows [row0, row0 + ROWS) of a [seq, *] bf16 matrix (row stride `stride`, HD columns from src) into
+ * smem (row stride HD + 8) with cp.async (16 bytes a copy, zero-filled beyond seq); the caller commits
+ * and waits */
+template <int HD, int ROWS>
+static __device__ __forceinline__ void load_tile_async(bf16 *dst, const bf16 *src, int64_t stride, int row0, int seq) {
+    constexpr int VPR = HD / 8; /* 16-byte vectors per row */
+    for (int idx = threadIdx.x; idx < ROWS * VPR; idx += ATT_THREADS) {
+        int r = idx / VPR, c = (idx % VPR) * 8;
+        bool ok = row0 + r < seq;
+        const bf16 *g = ok ? src + (int64_t)(row0 + r) * stride + c : src;
+        uint32_t sa = (uint32_t)__cvta_generic_to_shared(dst + r * (HD + 8) + c);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(g), "r"(ok ? 16 : 0));
+    }
+}
+
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* A fragments of rows r0..r0+15, k columns kk*16.. of a row-major smem tile */
+static __device__ __forceinline__ void lda_frag(uint32_t a[4], const bf16 *tile, int ld, int r0, int k0, int g, int t) {
+    a[0] = lds32(tile + (r0 + g) * ld + k0 + 2 * t);
+    a[1] = lds32(tile + (r0 + g + 8) * ld + k0 + 2 * t);
+    a[2] = lds32(tile + (r0 + g) * ld + k0 + 2 * t + 8);
+    a[3] = lds32(tile + (r0 + g + 8) * ld + k0 + 2 * t + 8);
+}
+
+/* the smallest seg_start of a tile's rows (s_seg holds INT_MAX beyond seq), computed by every warp
+ * (so the result is block-uniform without a barrier); s_seg must be visible (after a barrier) */
+static __device__ __forceinline__ int warp_min_seg(const int *s_seg, int rows) {
+    int m = INT_MAX;
+    for (int i = threadIdx.x & 31; i < rows; i += 32) m = min(m, s_seg[i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = min(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return m;
+}
+
+/* Pipelines: STAGES = 2 double-buffers the streamed tiles (the next tile's cp.async is in flight while
+ * the current one is multiplied); STAGES = 1 loads then computes (set QLT_ATTN_STAGES=1 in the
+ * environment to select it, for bisecting). Every iteration commits exactly one group (possibly empty),
+ * so wait_group<STAGES - 1> always means "the current tile has landed". */
+
+template <int HD> struct att_cfg {
+    static constexpr int LD = HD + 8;
+    static constexpr int BM_KV = HD >= 128 ? 32 : 64; /* query tile of the dK/dV kernel */
+    static constexpr int BN_Q = HD >= 128 ? 32 : 64;  /* key tile of the dQ kernel */
+    static constexpr size_t fwd_smem = (size_t)4 * 64 * LD * sizeof(bf16);
+    static constexpr size_t dq_smem = (size_t)4 * BN_Q * LD * sizeof(bf16);
+    static constexpr size_t kv_smem = (size_t)(2 * 64 + 4 * BM_KV) * LD * sizeof(bf16) + 6 * BM_KV * sizeof(float);
+};
+
+/* acc [16 x HD] += C [16 x K] . X [K x HD]: C given as the fp32 accumulators of K/8 n8 tiles (rounded to
+ * bf16 here and reused as the A operand), X a row-major [K][HD] smem tile (B read with ldmatrix.trans) */
+template <int HD, int K>
+static __device__ __forceinline__ void mma_acc_tile(float acc[HD / 8][4], const float c[K / 8][4], const bf16 *X,
+                                                    int lane) {
+#pragma unroll
+    for (int j = 0; j < K / 16; j++) {
+        uint32_t a[4] = {pack_bf16(c[2 * j][0], c[2 * j][1]), pack_bf16(c[2 * j][2], c[2 * j][3]),
+                         pack_bf16(c[2 * j + 1][0], c[2 * j + 1][1]), pack_bf16(c[2 * j + 1][2], c[2 * j + 1][3])};
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt += 2) {
+            uint32_t bx[4];
+            ldsm_x4_trans(bx, X, HD + 8, j * 16, dt * 8, lane);
+            mma16816(acc[dt], a, bx[0], bx[1]);
+            mma16816(acc[dt + 1], a, bx[2], bx[3]);
+        }
+    }
+}
+
+/* Streaming K / V tiles of BN rows through two buffers each ([2][BN * (HD + 8)]): kv_prologue starts the
+ * first tile (STAGES 2), kv_stage (at the top of each iteration) starts the next one and waits for the
+ * current one, then barriers; returns the buffer index to read. */
+template <int HD, int BN, int STAGES>
+static __device__ __forceinline__ void kv_prologue(bf16 *Kbuf, bf16 *Vbuf, const bf16 *kb, const bf16 *vb, int64_t ks,
+                                                   int n_begin, int last, int seq) {
+    if (STAGES != 2) return;
+    if (n_begin <= last) {
+        load_tile_async<HD, BN>(Kbuf, kb, ks, n_begin, seq);
+        load_tile_async<HD, BN>(Vbuf, vb, ks, n_begin, seq);
+    }
+    cp_async_commit();
+}
+
+template <int HD, int BN, int STAGES>
+static __device__ __forceinline__ int kv_stage(bf16 *Kbuf, bf16 *Vbuf, const bf16 *kb, const bf16 *vb, int64_t ks,
+                                               int n0, int last, int seq, int it) {
+    constexpr int TILE = BN * (HD + 8);
+    const int cur = STAGES == 2 ? (it & 1) : 0;
+    if (STAGES == 2) {
+        if (n0 + BN <= last) {
+            load_tile_async<HD, BN>(Kbuf + (cur ^ 1) * TILE, kb, ks, n0 + BN, seq);
+            load_tile_async<HD, BN>(Vbuf + (cur ^ 1) * TILE, vb, ks, n0 + BN, seq);
+        }
+    } else {
+        load_tile_async<HD, BN>(Kbuf, kb, ks, n0, seq);
+        load_tile_async<HD, BN>(Vbuf, vb, ks, n0, seq);
+    }
+    cp_async_commit();
+    cp_async_wait<STAGES - 1>();
+    __syncthreads();
+    return cur;
+}
+
+/* ================================ forward ================================ */
+
+template <int HD, int STAGES>
+static __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(bf16 *out, float *lse, const bf16 *q,
+                                                                      const bf16 *k, const bf16 *v,
+                                                                      const int32_t *seg_start, int seq, int n_heads,
+                                                                      int n_kv, float scale) {
+    constexpr int BM = 64, BN = 64, LD = HD + 8, TILE = BN * LD;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *Kbuf = (bf16 *)att_smem, *Vbuf = Kbuf + 2 * TILE; /* [2][TILE] each */
+    __shared__ int s_seg[BM];
+
+    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM; /* longest (last) query tiles first */
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int kvh = h / (n_heads / n_kv);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t qs = (int64_t)n_heads * HD, ks = (int64_t)n_kv * HD;
+    const bf16 *qb = q + (int64_t)b * seq * qs + (int64_t)h * HD;
+    const bf16 *kb = k + (int64_t)b * seq * ks + (int64_t)kvh * HD;
+    const bf16 *vb = v + (int64_t)b * seq * ks + (int64_t)kvh * HD;
+    const int32_t *segb = seg_start + (int64_t)b * seq;
+
+    if (threadIdx.x < BM) s_seg[threadIdx.x] = m0 + (int)threadIdx.x < seq ? segb[m0 + threadIdx.x] : INT_MAX;
+    load_tile_async<HD, BM>(Kbuf, qb, qs, m0, seq); /* Q staged through the K buffers */
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    const int minseg = warp_min_seg(s_seg, BM);
+    const int r0 = warp * 16;
+    uint32_t qa[HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) lda_frag(qa[kk], Kbuf, LD, r0, kk * 16, g, t);
+    const int row_a = m0 + r0 + g, row_b = row_a + 8;
+    const int seg_a = s_seg[r0 + g], seg_b = s_seg[r0 + g + 8];
+    __syncthreads(); /* Q fragments read before the K buffers are refilled */
+    const int last = min(m0 + BM - 1, seq - 1);
+    const int n_begin = (minseg / BN) * BN;
+    const float sl2 = scale * 1.4426950408889634f;
+
+    float o[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+
+    kv_prologue<HD, BN, STAGES>(Kbuf, Vbuf, kb, vb, ks, n_begin, last, seq);
+    int it = 0;
+    for (int n0 = n_begin; n0 <= last; n0 += BN, it++) {
+        const int cur = kv_stage<HD, BN, STAGES>(Kbuf, Vbuf, kb, vb, ks, n0, last, seq, it);
+        const bf16 *Ks = Kbuf + cur * TILE, *Vs = Vbuf + cur * TILE;
+        float s[BN / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++) {
+                const bf16 *kr = Ks + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                mma16816(s[nt], qa[kk], lds32(kr), lds32(kr + 8));
+            }
+        /* mask unless every key of the tile is visible to both of this thread's rows */
+        if (!(n0 + BN - 1 <= row_a && n0 >= seg_a && n0 >= seg_b)) {
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int j = n0 + nt * 8 + 2 * t + (e & 1);
+                    int i = e < 2 ? row_a : row_b, sg = e < 2 ? seg_a : seg_b;
+                    if (j > i || j < sg) s[nt][e] = -INFINITY;
+                }
+        }
+        /* online softmax, rows g (half 0) and g + 8 (half 1) */
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float mx = mrow[hf];
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mu = mx == -INFINITY ? 0.0f : mx * sl2;
+            const float alpha = exp2f(mrow[hf] * sl2 - mu); /* 0 when the old max was -inf */
+            mrow[hf] = mx;
+            float rs = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++) {
+                float p0 = exp2f(s[nt][2 * hf] * sl2 - mu), p1 = exp2f(s[nt][2 * hf + 1] * sl2 - mu);
+                s[nt][2 * hf] = p0;
+                s[nt][2 * hf + 1] = p1;
+                rs += p0 + p1;
+            }
+            lrow[hf] = lrow[hf] * alpha + rs;
+#pragma unroll
+            for (int dt = 0; dt < HD / 8; dt++) {
+                o[dt][2 * hf] *= alpha;
+                o[dt][2 * hf + 1] *= alpha;
+            }
+        }
+        mma_acc_tile<HD, BN>(o, s, Vs, lane); /* O += P V */
+        __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        float l = lrow[hf];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int i = hf ? row_b : row_a;
+        if (i >= seq) continue;
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        bf16 *orow = out + ((int64_t)b * seq + i) * qs + (int64_t)h * HD;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++)
+            *(uint32_t *)(orow + dt * 8 + 2 * t) = pack_bf16(o[dt][2 * hf] * inv, o[dt][2 * hf + 1] * inv);
+        if (t == 0) lse[((int64_t)b * seq + i) * n_heads + h] = mrow[hf] * scale + logf(l);
+    }
+}
+
+/* ================================ backward ================================ */
+
+/* D[r] = sum_e dO[r, e] O[r, e] over rows r of [rows, HD] (token-major, heads inner) */
+static __global__ void attn_bwd_dot_kernel(float *dsum, const bf16 *dout, const bf16 *out, int64_t rows, int hd) {
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    const bf16 *a = dout + r * hd, *o = out + r * hd;
+    float acc = 0.0f;
+    for (int e = 2 * lane; e < hd; e += 64) {
+        float2 x = __bfloat1622float2(*(const __nv_bfloat162 *)(a + e));
+        float2 y = __bfloat1622float2(*(const __nv_bfloat162 *)(o + e));
+        acc += x.x * y.x + x.y * y.y;
+    }
+    for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
+    if (lane == 0) dsum[r] = acc;
+}
+
+/* dK, dV for one key tile of 64 (4 warps x 16 keys), one kv head, one batch row. The streamed tiles are
+ * (query head of the group, query tile) pairs, flattened so the pipeline runs across heads. */
+template <int HD, int STAGES>
+static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dout,
+                                                                           const float *lse, const float *dsum,
+                                                                           const bf16 *q, const bf16 *k, const bf16 *v,
+                                                                           const int32_t *seg_start, int seq,
+                                                                           int n_heads, int n_kv, float scale) {
+    constexpr int BN = 64, BM = att_cfg<HD>::BM_KV, LD = HD + 8, QT = BM * LD;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *Ks = (bf16 *)att_smem, *Vs = Ks + BN * LD, *Qbuf = Vs + BN * LD, *dObuf = Qbuf + 2 * QT;
+    float *s_lse2 = (float *)(dObuf + 2 * QT), *s_D = s_lse2 + 2 * BM; /* [2][BM] each */
+    int *s_seg = (int *)(s_D + 2 * BM);                                 /* [2][BM] */
+
+    const int n0 = blockIdx.x * BN; /* the first key tiles have the most queries: launched first */
+    const int kvh = blockIdx.y, b = blockIdx.z, group = n_heads / n_kv;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t qs = (int64_t)n_heads * HD, ks = (int64_t)n_kv * HD;
+    const int64_t row_base = (int64_t)b * seq;
+    const int32_t *segb = seg_start + row_base;
+    const float sl2 = scale * 1.4426950408889634f;
+    const int m_start = (n0 / BM) * BM; /* causal: no query before the first key sees it */
+    const int n_mtiles = (seq - m_start + BM - 1) / BM, n_items = group * n_mtiles;
+
+    load_tile_async<HD, BN>(Ks, k + row_base * ks + (int64_t)kvh * HD, ks, n0, seq);
+    load_tile_async<HD, BN>(Vs, v + row_base * ks + (int64_t)kvh * HD, ks, n0, seq);
+    cp_async_commit();
+    const int kr0 = warp * 16;
+    const int key_a = n0 + kr0 + g, key_b = key_a + 8;
+    const int n_last = min(n0 + BN - 1, seq - 1);
+
+    /* item -> (query head, query tile); issue its loads into buffer `buf` */
+    auto issue = [&](int item, int buf) {
+        const int h = kvh * group + item / n_mtiles, m0 = m_start + (item % n_mtiles) * BM;
+        load_tile_async<HD, BM>(Qbuf + buf * QT, q + row_base * qs + (int64_t)h * HD, qs, m0, seq);
+        load_tile_async<HD, BM>(dObuf + buf * QT, dout + row_base * qs + (int64_t)h * HD, qs, m0, seq);
+        for (int i = threadIdx.x; i < BM; i += ATT_THREADS) {
+            int qi = m0 + i;
+            bool ok = qi < seq;
+            s_seg[buf * BM + i] = ok ? segb[qi] : INT_MAX;
+            s_lse2[buf * BM + i] = ok ? lse[(row_base + qi) * n_heads + h] * 1.4426950408889634f : 0.0f;
+            s_D[buf * BM + i] = ok ? dsum[(row_base + qi) * n_heads + h] : 0.0f;
+        }
+    };
+
+    float dka[HD / 8][4], dva[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.0f;
+
+    if (STAGES == 2) {
+        if (n_items > 0) issue(0, 0);
+        cp_async_commit();
+    }
+    for (int item = 0; item < n_items; item++) {
+        const int cur = STAGES == 2 ? (item & 1) : 0;
+        if (STAGES == 2) {
+            if (item + 1 < n_items) issue(item + 1, cur ^ 1);
+        } else {
+            issue(item, 0);
+        }
+        cp_async_commit();
+        cp_async_wait<STAGES - 1>();
+        __syncthreads();
+        const int m0 = m_start + (item % n_mtiles) * BM;
+        const bf16 *Qs = Qbuf + cur * QT, *dOs = dObuf + cur * QT;
+        const int *tseg = s_seg + cur * BM;
+        const float *tlse2 = s_lse2 + cur * BM, *tD = s_D + cur * BM;
+        if (warp_min_seg(tseg, BM) <= n_last) { /* else no query of this tile sees our keys (block-uniform) */
+            float st[BM / 8][4], dpt[BM / 8][4];
+#pragma unroll
+            for (int nt = 0; nt < BM / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.0f;
+            /* S^T = K Q^T and dP^T = V dO^T for our 16 keys x BM queries */
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t ka[4], va[4];
+                lda_frag(ka, Ks, LD, kr0, kk * 16, g, t);
+                lda_frag(va, Vs, LD, kr0, kk * 16, g, t);
+#pragma unroll
+                for (int nt = 0; nt < BM / 8; nt++) {
+                    const bf16 *qr = Qs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                    const bf16 *dr = dOs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                    mma16816(st[nt], ka, lds32(qr), lds32(qr + 8));
+                    mma16816(dpt[nt], va, lds32(dr), lds32(dr + 8));
+                }
+            }
+            /* P^T and dS^T = P^T (dP^T - D) */
+#pragma unroll
+            for (int nt = 0; nt < BM / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int ci = nt * 8 + 2 * t + (e & 1); /* query index in the tile */
+                    int qi = m0 + ci, kj = e < 2 ? key_a : key_b;
+                    bool ok = kj <= qi && kj >= tseg[ci]; /* tseg is INT_MAX beyond seq */
+                    float p = ok ? exp2f(st[nt][e] * sl2 - tlse2[ci]) : 0.0f;
+                    st[nt][e] = p;
+                    dpt[nt][e] = p * (dpt[nt][e] - tD[ci]);
+                }
+            mma_acc_tile<HD, BM>(dva, st, dOs, lane); /* dV += P^T dO (k = queries) */
+            mma_acc_tile<HD, BM>(dka, dpt, Qs, lane); /* dK += dS^T Q */
+        }
+        __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int kj = hf ? key_b : key_a;
+        if (kj >= seq) continue;
+        bf16 *dkr = dk + (row_base + kj) * ks + (int64_t)kvh * HD, *dvr = dv + (row_base + kj) * ks + (int64_t)kvh * HD;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++) {
+            *(uint32_t *)(dkr + dt * 8 + 2 * t) = pack_bf16(dka[dt][2 * hf] * scale, dka[dt][2 * hf + 1] * scale);
+            *(uint32_t *)(dvr + dt * 8 + 2 * t) = pack_bf16(dva[dt][2 * hf], dva[dt][2 * hf + 1]);
+        }
+    }
+}
+
+/* dQ for one query tile of 64 (4 warps x 16 rows), one head, one batch row */
+template <int HD, int STAGES>
+static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const float *lse,
+                                                                         const float *dsum, const bf16 *q,
+                                                                         const bf16 *k, const bf16 *v,
+                                                                         const int32_t *seg_start, int seq, int n_heads,
+                                                                         int n_kv, float scale) {
+    constexpr int BM = 64, BN = att_cfg<HD>::BN_Q, LD = HD + 8, TILE = BN * LD;
+    static_assert(2 * BN >= BM, "Q / dO are staged through two key buffers");
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *Kbuf = (bf16 *)att_smem, *Vbuf = Kbuf + 2 * TILE; /* [2][TILE] each */
+    __shared__ int s_seg[BM];
+
+    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int kvh = h / (n_heads / n_kv);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t qs = (int64_t)n_heads * HD, ks = (int64_t)n_kv * HD;
+    const int64_t row_base = (int64_t)b * seq;
+    const bf16 *kb = k + row_base * ks + (int64_t)kvh * HD, *vb = v + row_base * ks + (int64_t)kvh * HD;
+    const int32_t *segb = seg_start + row_base;
+    const float sl2 = scale * 1.4426950408889634f;
+
+    if (threadIdx.x < BM) s_seg[threadIdx.x] = m0 + (int)threadIdx.x < seq ? segb[m0 + threadIdx.x] : INT_MAX;
+    load_tile_async<HD, BM>(Kbuf, q + row_base * qs + (int64_t)h * HD, qs, m0, seq);
+    load_tile_async<HD, BM>(Vbuf, dout + row_base * qs + (int64_t)h * HD, qs, m0, seq);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    const int minseg = warp_min_seg(s_seg, BM);
+    const int r0 = warp * 16;
+    uint32_t qa[HD / 16][4], doa[HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        lda_frag(qa[kk], Kbuf, LD, r0, kk * 16, g, t);
+        lda_frag(doa[kk], Vbuf, LD, r0, kk * 16, g, t);
+    }
+    const int row_a = m0 + r0 + g, row_b = row_a + 8;
+    const int seg_a = s_seg[r0 + g], seg_b = s_seg[r0 + g + 8];
+    const float lse2_a = row_a < seq ? lse[(row_base + row_a) * n_heads + h] * 1.4426950408889634f : 0.0f;
+    const float lse2_b = row_b < seq ? lse[(row_base + row_b) * n_heads + h] * 1.4426950408889634f : 0.0f;
+    const float d_a = row_a < seq ? dsum[(row_base + row_a) * n_heads + h] : 0.0f;
+    const float d_b = row_b < seq ? dsum[(row_base + row_b) * n_heads + h] : 0.0f;
+    __syncthreads(); /* Q / dO fragments read before the buffers are refilled */
+    const int last = min(m0 + BM - 1, seq - 1);
+    const int n_begin = (minseg / BN) * BN;
+
+    float dqa[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.0f;
+
+    kv_prologue<HD, BN, STAGES>(Kbuf, Vbuf, kb, vb, ks, n_begin, last, seq);
+    int it = 0;
+    for (int n0 = n_begin; n0 <= last; n0 += BN, it++) {
+        const int cur = kv_stage<HD, BN, STAGES>(Kbuf, Vbuf, kb, vb, ks, n0, last, seq, it);
+        const bf16 *Ks = Kbuf + cur * TILE, *Vs = Vbuf + cur * TILE;
+        float s[BN / 8][4], dp[BN / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++) {
+                const bf16 *kr = Ks + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                const bf16 *vr = Vs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                mma16816(s[nt], qa[kk], lds32(kr), lds32(kr + 8));
+                mma16816(dp[nt], doa[kk], lds32(vr), lds32(vr + 8));
+            }
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int j = n0 + nt * 8 + 2 * t + (e & 1);
+                int i = e < 2 ? row_a : row_b, sg = e < 2 ? seg_a : seg_b;
+                bool ok = j <= i && j >= sg;
+                float p = ok ? exp2f(s[nt][e] * sl2 - (e < 2 ? lse2_a : lse2_b)) : 0.0f;
+                s[nt][e] = p * (dp[nt][e] - (e < 2 ? d_a : d_b)); /* dS */
+            }
+        mma_acc_tile<HD, BN>(dqa, s, Ks, lane); /* dQ += dS K (k = keys) */
+        __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int i = hf ? row_b : row_a;
+        if (i >= seq) continue;
+        bf16 *dqr = dq + (row_base + i) * qs + (int64_t)h * HD;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++)
+            *(uint32_t *)(dqr + dt * 8 + 2 * t) = pack_bf16(dqa[dt][2 * hf] * scale, dqa[dt][2 * hf + 1] * scale);
+    }
+}
+
+/* ================================ launchers ================================ */
+
+static void attn_check_args(int n_heads, int n_kv_heads, const void *q, const void *k) {
+    if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || (((uintptr_t)q | (uintptr_t)k) & 15) != 0) {
+        fprintf(stderr, "qlora-train: attention: n_heads %d must be a multiple of n_kv_heads %d and q/k 16-byte "
+                        "aligned\n", n_heads, n_kv_heads);
+        abort();
+    }
+}
+
+[[noreturn]] static void attn_bad_head_dim(int head_dim) {
+    fprintf(stderr, "qlora-train: the CUDA attention supports head_dim 16, 32, 64, 96, 128 (got %d)\n", head_dim);
+    abort();
+}
+
+/* QLT_ATTN_STAGES=1 in the environment selects the unpipelined kernels (read once) */
+static int attn_stages(void) {
+    static int stages = 0;
+    if (!stages) {
+        const char *e = getenv("QLT_ATTN_STAGES");
+        stages = (e && e[0] == '1') ? 1 : 2;
+    }
+    return stages;
+}
+
+/* the dynamic shared-memory limit is a host-side function attribute (not a stream operation, so this
+ * is safe under graph capture); raised once per kernel instantiation */
+template <typename K> static void attn_smem_attr(K kernel, size_t bytes, bool *done) {
+    if (*done) return;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    *done = true;
+}
+
+template <int HD, int STAGES>
+static void attn_fwd_launch(cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                            const int32_t *seg, int batch, int seq, int n_heads, int n_kv, float scale) {
+    static bool attr = false;
+    const size_t smem = att_cfg<HD>::fwd_smem;
+    attn_smem_attr(attn_fwd_kernel<HD, STAGES>, smem, &attr);
+    dim3 grid((seq + 63) / 64, n_heads, batch);
+    attn_fwd_kernel<HD, STAGES><<<grid, ATT_THREADS, smem, s>>>(out, lse, q, k, v, seg, seq, n_heads, n_kv, scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <int HD>
+static void attn_fwd_dispatch(cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                              const int32_t *seg, int batch, int seq, int n_heads, int n_kv, float scale) {
+    if (attn_stages() == 1) attn_fwd_launch<HD, 1>(s, out, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
+    else attn_fwd_launch<HD, 2>(s, out, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
+}
+
+void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
+                            const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads, int head_dim,
+                            float scale) {
+    if (batch <= 0 || seq <= 0) return;
+    attn_check_args(n_heads, n_kv_heads, q, k);
+    cudaStream_t s = cuda_impl_of(be)->stream;
+    bf16 *o = (bf16 *)out;
+    const bf16 *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
+    switch (head_dim) {
+    case 16: attn_fwd_dispatch<16>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 32: attn_fwd_dispatch<32>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 64: attn_fwd_dispatch<64>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 96: attn_fwd_dispatch<96>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 128: attn_fwd_dispatch<128>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    default: attn_bad_head_dim(head_dim);
+    }
+}
+
+template <int HD, int STAGES>
+static void attn_bwd_launch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float *dsum, const bf16 *dout,
+                            const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seg,
+                            int batch, int seq, int n_heads, int n_kv, float scale) {
+    static bool attr_kv = false, attr_q = false;
+    const size_t kv_smem = att_cfg<HD>::kv_smem, q_smem = att_cfg<HD>::dq_smem;
+    attn_smem_attr(attn_bwd_dkdv_kernel<HD, STAGES>, kv_smem, &attr_kv);
+    attn_smem_attr(attn_bwd_dq_kernel<HD, STAGES>, q_smem, &attr_q);
+    dim3 gkv((seq + 63) / 64, n_kv, batch);
+    attn_bwd_dkdv_kernel<HD, STAGES><<<gkv, ATT_THREADS, kv_smem, s>>>(dk, dv, dout, lse, dsum, q, k, v, seg, seq,
+                                                                       n_heads, n_kv, scale);
+    CUDA_CHECK_LAUNCH();
+    dim3 gq((seq + 63) / 64, n_heads, batch);
+    attn_bwd_dq_kernel<HD, STAGES><<<gq, ATT_THREADS, q_smem, s>>>(dq, dout, lse, dsum, q, k, v, seg, seq, n_heads,
+                                                                   n_kv, scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <int HD>
+static void attn_bwd_dispatch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float *dsum, const bf16 *dout,
+                              const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seg,
+                              int batch, int seq, int n_heads, int n_kv, float scale) {
+    if (attn_stages() == 1)
+        attn_bwd_launch<HD, 1>(s, dq, dk, dv, dsum, dout, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
+    else
+        attn_bwd_launch<HD, 2>(s, dq, dk, dv, dsum, dout, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
+}
+
+void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
+                            const void *out, const float *lse, const void *q, const void *k, const void *v,
+                            const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads, int head_dim,
+                            float scale) {
+    if (batch <= 0 || seq <= 0) return;
+    attn_check_args(n_heads, n_kv_heads, q, k);
+    cudaStream_t s = cuda_impl_of(be)->stream;
+    int64_t rows = (int64_t)batch * seq * n_heads;
+    attn_bwd_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(scratch, (const bf16 *)dout, (const bf16 *)out, rows,
+                                                                    head_dim);
+    CUDA_CHECK_LAUNCH();
+    bf16 *a = (bf16 *)dq, *bk = (bf16 *)dk, *c = (bf16 *)dv;
+    const bf16 *d = (const bf16 *)dout, *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
+    switch (head_dim) {
+    case 16: attn_bwd_dispatch<16>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 32: attn_bwd_dispatch<32>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 64: attn_bwd_dispatch<64>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 96: attn_bwd_dispatch<96>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 128: attn_bwd_dispatch<128>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    default: attn_bad_head_dim(head_dim);
+    }
+}

@@ -1,0 +1,339 @@
+/* backend_cuda.cu: the CUDA backend object: device selection, one stream, cuBLAS / cuBLASLt handles with
+ * a fixed workspace (so cuBLAS never allocates inside a step or a graph capture), the fixed scratch
+ * buffers the ops use, memory accounting, and the qlt_backend table over the ops of src/cuda/.
+ * Only create / alloc / free / upload / download / sync / destroy / weight_* allocate or synchronize. */
+#include "cuda/cuda_common.h"
+
+#include <string.h>
+
+extern "C" {
+#include "cuda/backend_cuda.h"
+}
+
+/* Sizes of the allocations made through be->alloc, kept host-side (cudaMalloc pointers stay 256-byte
+ * aligned: no header in device memory), for the memory report. */
+typedef struct alloc_rec {
+    void *p;
+    size_t bytes;
+} alloc_rec;
+
+typedef struct cuda_backend_box {
+    cuda_impl impl;
+    alloc_rec *recs;
+    int n_recs, cap_recs;
+} cuda_backend_box;
+
+static void track_add(cuda_impl *impl, size_t bytes) {
+    impl->mem_current += bytes;
+    if (impl->mem_current > impl->mem_peak) impl->mem_peak = impl->mem_current;
+}
+
+void *qlt_cuda_alloc_tracked(qlt_backend *be, size_t bytes) {
+    cuda_impl *impl = cuda_impl_of(be);
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky-free error state */
+        return NULL;
+    }
+    track_add(impl, bytes);
+    return p;
+}
+
+void qlt_cuda_track(qlt_backend *be, int64_t bytes) {
+    cuda_impl *impl = cuda_impl_of(be);
+    if (bytes >= 0) track_add(impl, (size_t)bytes);
+    else impl->mem_current -= (size_t)(-bytes);
+}
+
+void qlt_cuda_free_tracked(qlt_backend *be, void *p, size_t bytes) {
+    if (!p) return;
+    cuda_impl *impl = cuda_impl_of(be);
+    CUDA_CHECK(cudaFree(p));
+    impl->mem_current -= bytes;
+}
+
+static void *cuda_alloc(qlt_backend *be, size_t bytes) {
+    cuda_backend_box *box = (cuda_backend_box *)be->impl;
+    void *p = qlt_cuda_alloc_tracked(be, bytes);
+    if (!p) return NULL;
+    if (box->n_recs == box->cap_recs) {
+        box->cap_recs = box->cap_recs ? 2 * box->cap_recs : 64;
+        box->recs = (alloc_rec *)qlt_xrealloc(box->recs, sizeof(alloc_rec) * (size_t)box->cap_recs);
+    }
+    box->recs[box->n_recs].p = p;
+    box->recs[box->n_recs].bytes = bytes;
+    box->n_recs++;
+    return p;
+}
+
+static void cuda_free(qlt_backend *be, void *p) {
+    if (!p) return;
+    cuda_backend_box *box = (cuda_backend_box *)be->impl;
+    size_t bytes = 0;
+    for (int i = box->n_recs - 1; i >= 0; i--)
+        if (box->recs[i].p == p) {
+            bytes = box->recs[i].bytes;
+            box->recs[i] = box->recs[--box->n_recs];
+            break;
+        }
+    qlt_cuda_free_tracked(be, p, bytes);
+}
+
+static void cuda_upload(qlt_backend *be, void *dst, const void *src, size_t n) {
+    cuda_impl *impl = cuda_impl_of(be);
+    /* stream-ordered with the ops; the host buffer may be reused by the caller right after return */
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, impl->stream));
+    CUDA_CHECK(cudaStreamSynchronize(impl->stream));
+}
+
+static void cuda_download(qlt_backend *be, void *dst, const void *src, size_t n) {
+    cuda_impl *impl = cuda_impl_of(be);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, impl->stream));
+    CUDA_CHECK(cudaStreamSynchronize(impl->stream));
+}
+
+static void cuda_sync(qlt_backend *be) { CUDA_CHECK(cudaStreamSynchronize(cuda_impl_of(be)->stream)); }
+
+static void cuda_destroy(qlt_backend *be) {
+    if (!be) return;
+    cuda_backend_box *box = (cuda_backend_box *)be->impl;
+    cuda_impl *impl = &box->impl;
+    cudaStreamSynchronize(impl->stream);
+    for (int i = 0; i < box->n_recs; i++) cudaFree(box->recs[i].p);
+    free(box->recs);
+    cudaFree(impl->blas_ws);
+    cudaFree(impl->conv);
+    cudaFree(impl->lora_ws);
+    cudaFree(impl->partials);
+    cudaFree(impl->amax);
+    cudaFree(impl->dequant);
+    if (impl->events) {
+        for (int i = 0; i < QLT_CUDA_PROFILE_EVENTS; i++) cudaEventDestroy(impl->events[i]);
+        free(impl->events);
+        free(impl->event_phase);
+    }
+    if (impl->blas) cublasDestroy(impl->blas);
+    if (impl->lt) cublasLtDestroy(impl->lt);
+    if (impl->stream) cudaStreamDestroy(impl->stream);
+    free(box);
+    free(be);
+}
+
+extern "C" void qlt_cuda_memory_report(qlt_backend *be, size_t *current, size_t *peak, size_t *device_used,
+                                       size_t *device_total) {
+    size_t fr = 0, tot = 0;
+    if (be && strcmp(be->name, "cuda") == 0) {
+        cuda_impl *impl = cuda_impl_of(be);
+        if (current) *current = impl->mem_current;
+        if (peak) *peak = impl->mem_peak;
+        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) fr = tot = 0;
+    } else {
+        if (current) *current = 0;
+        if (peak) *peak = 0;
+    }
+    if (device_used) *device_used = tot - fr;
+    if (device_total) *device_total = tot;
+}
+
+extern "C" size_t qlt_cuda_peak_memory(qlt_backend *be) {
+    size_t peak = 0;
+    qlt_cuda_memory_report(be, NULL, &peak, NULL, NULL);
+    return peak;
+}
+
+extern "C" void *qlt_cuda_stream(qlt_backend *be) { return (void *)cuda_impl_of(be)->stream; }
+
+/* ---- profiling: events at phase changes, summed per phase when read ---- */
+
+/* Adds the elapsed times of the recorded events to phase_ms and keeps the last event as the new start. */
+static void profile_fold(cuda_impl *impl) {
+    if (impl->n_events < 2) return;
+    CUDA_CHECK(cudaEventSynchronize(impl->events[impl->n_events - 1]));
+    for (int i = 0; i + 1 < impl->n_events; i++) {
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, impl->events[i], impl->events[i + 1]));
+        impl->phase_ms[impl->event_phase[i]] += ms;
+    }
+    cudaEvent_t last = impl->events[impl->n_events - 1];
+    impl->events[impl->n_events - 1] = impl->events[0];
+    impl->events[0] = last;
+    impl->event_phase[0] = impl->event_phase[impl->n_events - 1];
+    impl->n_events = 1;
+}
+
+static void cuda_phase(qlt_backend *be, qlt_phase p) {
+    cuda_impl *impl = cuda_impl_of(be);
+    if (!impl->profiling || (p == impl->phase && impl->n_events > 0)) {
+        impl->phase = p;
+        return;
+    }
+    if (impl->n_events == QLT_CUDA_PROFILE_EVENTS) profile_fold(impl);
+    CUDA_CHECK(cudaEventRecord(impl->events[impl->n_events], impl->stream));
+    impl->event_phase[impl->n_events++] = p;
+    impl->phase = p;
+}
+
+static void cuda_profile_on(qlt_backend *be, int on) {
+    cuda_impl *impl = cuda_impl_of(be);
+    if (on && !impl->events) {
+        impl->events = (cudaEvent_t *)qlt_xcalloc(QLT_CUDA_PROFILE_EVENTS, sizeof(cudaEvent_t));
+        impl->event_phase = (qlt_phase *)qlt_xcalloc(QLT_CUDA_PROFILE_EVENTS, sizeof(qlt_phase));
+        for (int i = 0; i < QLT_CUDA_PROFILE_EVENTS; i++) CUDA_CHECK(cudaEventCreate(&impl->events[i]));
+    }
+    impl->profiling = on;
+    impl->n_events = 0;
+    memset(impl->phase_ms, 0, sizeof impl->phase_ms);
+    if (on) cuda_phase(be, QLT_PHASE_OTHER);
+}
+
+static void cuda_profile_read(qlt_backend *be, double ms[QLT_PHASE_COUNT]) {
+    cuda_impl *impl = cuda_impl_of(be);
+    if (impl->profiling) {
+        qlt_phase p = impl->phase;
+        cuda_phase(be, p == QLT_PHASE_OTHER ? QLT_PHASE_LOSS : QLT_PHASE_OTHER); /* close the last interval */
+        profile_fold(impl);
+        impl->phase = p;
+    }
+    memcpy(ms, impl->phase_ms, sizeof impl->phase_ms);
+}
+
+static size_t cuda_peak_bytes(qlt_backend *be) { return qlt_cuda_peak_memory(be); }
+
+static size_t cuda_available_bytes(qlt_backend *be) {
+    size_t free_b = 0, total = 0;
+    if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return free_b;
+}
+
+/* The bf16 GEMM rate this device reaches on a large square product (the MFU denominator): the median of
+ * 10 timed 8192^3 products on random data, after 3 warm-ups. */
+static double cuda_gemm_peak_tflops(qlt_backend *be) {
+    cuda_impl *impl = cuda_impl_of(be);
+    const int64_t n = 8192;
+    size_t bytes = sizeof(bf16) * (size_t)(n * n);
+    bf16 *a = (bf16 *)qlt_cuda_alloc_tracked(be, 3 * bytes);
+    if (!a) return 0;
+    bf16 *b = a + n * n, *c = b + n * n;
+    qlt_cuda_fill_random_bf16(impl->stream, a, 2 * n * n, 1234);
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    float times[10];
+    for (int i = -3; i < 10; i++) {
+        CUDA_CHECK(cudaEventRecord(e0, impl->stream));
+        qlt_cuda_gemm(be, 0, 1, n, n, n, 1.0f, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, 0.0f, c, CUDA_R_16BF, n);
+        CUDA_CHECK(cudaEventRecord(e1, impl->stream));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        if (i >= 0) CUDA_CHECK(cudaEventElapsedTime(&times[i], e0, e1));
+    }
+    for (int i = 1; i < 10; i++)
+        for (int j = i; j > 0 && times[j] < times[j - 1]; j--) {
+            float t = times[j];
+            times[j] = times[j - 1];
+            times[j - 1] = t;
+        }
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    qlt_cuda_free_tracked(be, a, 3 * bytes);
+    double ms = 0.5 * (times[4] + times[5]);
+    return 2.0 * (double)n * n * n / (ms * 1e-3) / 1e12;
+}
+
+static void cuda_weight_free(qlt_backend *be, qlt_weight *w) { qlt_cuda_weight_free(be, w); }
+
+extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        qlt_fail("no CUDA device is usable (%s): use --set train.device=cpu",
+                 err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+        return NULL;
+    }
+    if (device_index < 0 || device_index >= count) {
+        qlt_fail("CUDA device %d does not exist (this machine has %d)", device_index, count);
+        return NULL;
+    }
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
+    if (prop.major < 8) {
+        qlt_fail("CUDA device %d (%s) has compute capability %d.%d; qlora-train needs 8.0 or newer (bf16 tensor "
+                 "cores)", device_index, prop.name, prop.major, prop.minor);
+        return NULL;
+    }
+    CUDA_CHECK(cudaSetDevice(device_index));
+
+    qlt_backend *be = (qlt_backend *)qlt_xcalloc(1, sizeof *be);
+    cuda_backend_box *box = (cuda_backend_box *)qlt_xcalloc(1, sizeof *box);
+    cuda_impl *impl = &box->impl;
+    be->impl = box; /* box starts with impl: cuda_impl_of works */
+    be->name = "cuda";
+    be->act_dtype = QLT_DTYPE_BF16;
+    be->backward_a = QLT_BACKWARD_A_BF16;
+    impl->device = device_index;
+    impl->n_sm = prop.multiProcessorCount;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+    if (cublasCreate(&impl->blas) != CUBLAS_STATUS_SUCCESS || cublasLtCreate(&impl->lt) != CUBLAS_STATUS_SUCCESS) {
+        qlt_fail("cuBLAS could not be initialized on CUDA device %d", device_index);
+        cuda_destroy(be);
+        return NULL;
+    }
+    CUBLAS_CHECK(cublasSetStream(impl->blas, impl->stream));
+    /* no TF32 for fp32 GEMMs; split-K partial sums of bf16 / fp16 outputs kept in fp32 */
+    CUBLAS_CHECK(cublasSetMathMode(impl->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                                             CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    CUBLAS_CHECK(cublasSetPointerMode(impl->blas, CUBLAS_POINTER_MODE_HOST));
+    size_t ws_bytes = QLT_CUDA_BLAS_WS_BYTES, conv_bytes = sizeof(float) * 3 * (size_t)QLT_CUDA_CONV_ELEMS;
+    impl->blas_ws = qlt_cuda_alloc_tracked(be, ws_bytes);
+    impl->conv = (float *)qlt_cuda_alloc_tracked(be, conv_bytes);
+    impl->lora_ws = qlt_cuda_alloc_tracked(be, QLT_CUDA_LORA_BYTES);
+    impl->partials = (double *)qlt_cuda_alloc_tracked(be, sizeof(double) * QLT_CUDA_NORM_BLOCKS);
+    impl->amax = (float *)qlt_cuda_alloc_tracked(be, sizeof(float) * 2);
+    if (!impl->blas_ws || !impl->conv || !impl->lora_ws || !impl->partials || !impl->amax) {
+        qlt_fail("CUDA device %d: could not allocate the backend's %zu MiB of workspaces", device_index,
+                 (ws_bytes + conv_bytes + QLT_CUDA_LORA_BYTES) >> 20);
+        cuda_destroy(be);
+        return NULL;
+    }
+    CUBLAS_CHECK(cublasSetWorkspace(impl->blas, impl->blas_ws, ws_bytes));
+
+    be->alloc = cuda_alloc;
+    be->free = cuda_free;
+    be->upload = cuda_upload;
+    be->download = cuda_download;
+    be->sync = cuda_sync;
+    be->destroy = cuda_destroy;
+    be->weight_create = qlt_cuda_weight_create;
+    be->weight_free = cuda_weight_free;
+    be->weight_from_nf4 = qlt_cuda_weight_from_nf4;
+    be->profile_on = cuda_profile_on;
+    be->phase = cuda_phase;
+    be->profile_read = cuda_profile_read;
+    be->peak_bytes = cuda_peak_bytes;
+    be->available_bytes = cuda_available_bytes;
+    be->gemm_peak_tflops = cuda_gemm_peak_tflops;
+    be->zero = qlt_cuda_zero;
+    be->embed = qlt_cuda_embed;
+    be->rmsnorm_fwd = qlt_cuda_rmsnorm_fwd;
+    be->rmsnorm_bwd = qlt_cuda_rmsnorm_bwd;
+    be->linear_fwd = qlt_cuda_linear_fwd;
+    be->linear_bwd_x = qlt_cuda_linear_bwd_x;
+    be->lora_fwd = qlt_cuda_lora_fwd;
+    be->lora_bwd = qlt_cuda_lora_bwd;
+    be->rope = qlt_cuda_rope;
+    be->attention_fwd = qlt_cuda_attention_fwd;
+    be->attention_bwd = qlt_cuda_attention_bwd;
+    be->swiglu_fwd = qlt_cuda_swiglu_fwd;
+    be->swiglu_bwd = qlt_cuda_swiglu_bwd;
+    be->copy = qlt_cuda_copy;
+    be->add = qlt_cuda_add;
+    be->dropout = qlt_cuda_dropout;
+    be->lm_head_loss = qlt_cuda_lm_head_loss;
+    be->logits = qlt_cuda_logits;
+    be->grad_norm_sq = qlt_cuda_grad_norm_sq;
+    be->adamw = qlt_cuda_adamw;
+    return be;
+}

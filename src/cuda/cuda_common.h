@@ -1,0 +1,168 @@
+/* cuda_common.h: what every CUDA op file of the backend shares: the backend-private state (stream,
+ * cuBLAS handles, fixed workspaces), the one checking macro for CUDA and cuBLAS, bf16 helpers, and the
+ * internal entry points each src/cuda/<op>.cu provides to backend_cuda.cu.
+ *
+ * Conventions: activations are __nv_bfloat16 (bf16) device arrays; float* are fp32. Every op enqueues
+ * work on impl->stream only, never allocates and never synchronizes. Any scratch an op needs lives in
+ * buffers allocated at create/weight_create time (fixed sizes below; ops loop over token chunks so the
+ * sizes never depend on the batch). Included only from .cu files (C++). */
+#ifndef QLT_CUDA_COMMON_H
+#define QLT_CUDA_COMMON_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "common/backend.h"
+#include "common/error.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+/* Prints the failing statement, file and line and aborts: an op has no way to return an error, and a
+ * failed launch or cuBLAS call inside a step is a bug or a dead device, never a user error. */
+#define CUDA_CHECK(stmt)                                                                                   \
+    do {                                                                                                   \
+        cudaError_t err_ = (stmt);                                                                         \
+        if (err_ != cudaSuccess) {                                                                         \
+            fprintf(stderr, "qlora-train: CUDA error '%s' in %s at %s:%d\n", cudaGetErrorString(err_),     \
+                    #stmt, __FILE__, __LINE__);                                                            \
+            abort();                                                                                       \
+        }                                                                                                  \
+    } while (0)
+#define CUBLAS_CHECK(stmt)                                                                                 \
+    do {                                                                                                   \
+        cublasStatus_t st_ = (stmt);                                                                       \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                                \
+            fprintf(stderr, "qlora-train: cuBLAS error %d (%s) in %s at %s:%d\n", (int)st_,                \
+                    cublasGetStatusString(st_), #stmt, __FILE__, __LINE__);                                \
+            abort();                                                                                       \
+        }                                                                                                  \
+    } while (0)
+/* After every kernel launch (launch-configuration errors only: no synchronization). */
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+/* Fixed workspace sizes (bytes). */
+#define QLT_CUDA_BLAS_WS_BYTES ((size_t)64 << 20)   /* cuBLAS / cuBLASLt workspace */
+#define QLT_CUDA_CONV_ELEMS ((int64_t)8 << 20)      /* each of the 3 backward_a conversion regions, fp32 elems */
+#define QLT_CUDA_LORA_BYTES ((size_t)64 << 20)      /* LoRA bf16 hi/lo operand copies */
+#define QLT_CUDA_NORM_BLOCKS 512                     /* grad_norm_sq partial sums (fixed: deterministic) */
+
+typedef struct cuda_impl {
+    int device;
+    int n_sm;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cublasLtHandle_t lt;
+    void *blas_ws;         /* [QLT_CUDA_BLAS_WS_BYTES] */
+    float *conv;           /* [3 * QLT_CUDA_CONV_ELEMS] backward_a fp16/fp32 operands + fp32 accumulator;
+                              also the staging area of weight_create */
+    void *lora_ws;         /* [QLT_CUDA_LORA_BYTES] */
+    double *partials;      /* [QLT_CUDA_NORM_BLOCKS] */
+    float *amax;           /* [2] fp16 overflow guard: max|dY|, max|W| (as float bits, atomicMax on int) */
+    bf16 *dequant;         /* NF4 dequantization scratch, [dequant_elems] (grown in weight_create only) */
+    int64_t dequant_elems;
+    size_t mem_current, mem_peak; /* bytes through alloc + weights + workspaces */
+    /* profiling (bench): an event at every phase change; elapsed times summed per phase on read */
+    int profiling;
+    qlt_phase phase;
+    cudaEvent_t *events;   /* [QLT_CUDA_PROFILE_EVENTS] */
+    qlt_phase *event_phase; /* phase that starts at events[i] */
+    int n_events;
+    double phase_ms[QLT_PHASE_COUNT];
+} cuda_impl;
+
+#define QLT_CUDA_PROFILE_EVENTS 8192
+
+static inline cuda_impl *cuda_impl_of(qlt_backend *be) { return (cuda_impl *)be->impl; }
+
+/* grid size for n items in blocks of `threads`, capped for grid-stride loops */
+static inline unsigned qlt_grid(int64_t n, int threads, int64_t cap = 65535LL * 32) {
+    int64_t g = (n + threads - 1) / threads;
+    if (g < 1) g = 1;
+    if (g > cap) g = cap;
+    return (unsigned)g;
+}
+
+/* ---- internal entry points (one file each) ---- */
+
+/* backend_cuda.cu: tracked device allocation used for weights and workspaces */
+void *qlt_cuda_alloc_tracked(qlt_backend *be, size_t bytes);
+void qlt_cuda_free_tracked(qlt_backend *be, void *p, size_t bytes);
+/* Counts memory allocated elsewhere (NF4 arrays) in the report: + on allocation, - on free. */
+void qlt_cuda_track(qlt_backend *be, int64_t bytes);
+/* linear.cu: a bitsandbytes NF4 weight (host) uploaded as is */
+int qlt_cuda_weight_from_nf4(qlt_backend *be, qlt_weight *w, qlt_nf4 *host, int64_t rows, int64_t cols);
+
+/* elementwise.cu */
+void qlt_cuda_embed(qlt_backend *be, void *x, const int32_t *ids, const qlt_weight *emb, int64_t n);
+void qlt_cuda_rope(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                   int head_dim, int inverse);
+void qlt_cuda_swiglu_fwd(qlt_backend *be, void *h, const void *gate, const void *up, int64_t count);
+void qlt_cuda_swiglu_bwd(qlt_backend *be, void *dgate, void *dup, const void *dh, const void *gate, const void *up,
+                         int64_t count);
+void qlt_cuda_copy(qlt_backend *be, void *out, const void *x, int64_t count);
+void qlt_cuda_add(qlt_backend *be, void *out, const void *a, const void *b, int64_t count);
+void qlt_cuda_fill_random_bf16(cudaStream_t s, bf16 *out, int64_t count, uint64_t seed);
+void qlt_cuda_dropout(qlt_backend *be, void *out, const void *x, int64_t count, float p, const uint64_t *seed,
+                      uint64_t salt);
+void qlt_cuda_zero(qlt_backend *be, void *p, size_t bytes);
+/* conversions used by other files (stream-ordered) */
+void qlt_cuda_f32_to_bf16(cudaStream_t s, bf16 *out, const float *x, int64_t count);
+void qlt_cuda_f16_to_bf16(cudaStream_t s, bf16 *out, const __half *x, int64_t count);
+/* hi = bf16(x), lo = bf16(x - hi): x ~= hi + lo to ~16 mantissa bits */
+void qlt_cuda_f32_to_bf16_split(cudaStream_t s, bf16 *hi, bf16 *lo, const float *x, int64_t count);
+/* out[i, j] = x[i, j] (bf16 -> fp32) for a [rows, cols] block with row stride ld_x */
+void qlt_cuda_bf16_to_f32_2d(cudaStream_t s, float *out, const bf16 *x, int64_t rows, int64_t cols, int64_t ld_x);
+void qlt_cuda_bias_add(cudaStream_t s, bf16 *y, const float *bias, int64_t n, int64_t rows);
+
+/* rmsnorm.cu */
+void qlt_cuda_rmsnorm_fwd(qlt_backend *be, void *y, float *rstd, const void *x, const float *w, int64_t n,
+                          int64_t d, float eps);
+void qlt_cuda_rmsnorm_bwd(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
+                          const float *w, int64_t n, int64_t d, float beta);
+
+/* linear.cu (GEMMs, LoRA, weights incl. the NF4 hook) */
+int qlt_cuda_weight_create(qlt_backend *be, qlt_weight *w, const void *host, qlt_dtype dtype, int64_t rows,
+                           int64_t cols, int nf4_blocksize, int double_quant);
+void qlt_cuda_weight_free(qlt_backend *be, qlt_weight *w);
+/* the weight as bf16 [rows, cols]: its data, or NF4 dequantized into impl->dequant (stream-ordered) */
+const bf16 *qlt_cuda_weight_bf16(qlt_backend *be, const qlt_weight *w);
+/* row-major C[M,N] = alpha op(A) op(B) + beta C on impl->stream, fp32 accumulation */
+void qlt_cuda_gemm(qlt_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const void *a, cudaDataType_t ta, int64_t lda, const void *b, cudaDataType_t tb, int64_t ldb,
+                   float beta, void *c, cudaDataType_t tc, int64_t ldc);
+void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *w, const float *bias, int64_t n);
+void qlt_cuda_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *w, int64_t n, float beta);
+void qlt_cuda_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const float *a, const float *b, int64_t n,
+                       int64_t in, int64_t out, int r, float scale);
+void qlt_cuda_lora_bwd(qlt_backend *be, void *dx, float *da, float *db, float *scratch, const void *dy, const void *x,
+                       const float *u, const float *a, const float *b, int64_t n, int64_t in, int64_t out, int r,
+                       float scale, float dx_beta);
+void qlt_cuda_logits(qlt_backend *be, float *out, const void *x, const qlt_weight *w, int64_t n);
+
+/* attention.cu */
+void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
+                            const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads, int head_dim,
+                            float scale);
+void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
+                            const void *out, const float *lse, const void *q, const void *k, const void *v,
+                            const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads, int head_dim,
+                            float scale);
+
+/* cross_entropy.cu */
+void qlt_cuda_lm_head_loss(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch, const void *x,
+                           const qlt_weight *w, const int32_t *targets, int64_t n);
+
+/* adamw.cu */
+void qlt_cuda_grad_norm_sq(qlt_backend *be, qlt_optim_scalars *scalars, const float *g, int64_t count);
+void qlt_cuda_adamw(qlt_backend *be, float *p, const float *g, float *m, float *v, int64_t count,
+                    const qlt_optim_scalars *scalars);
+
+#endif

@@ -1,0 +1,256 @@
+/* elementwise.cu: the memory-bound ops: embed, RoPE, SwiGLU, add, copy, dropout, zero, and the small
+ * conversions other files use (fp32/fp16 -> bf16, bf16 hi/lo split, bias add). bf16 in and out, fp32
+ * math; one thread per element (or element pair) with grid-stride loops. */
+#include "cuda/cuda_common.h"
+
+/* ---- embed ---- */
+
+static __global__ void embed_kernel(bf16 *x, const int32_t *ids, const bf16 *table, int64_t n, int64_t d) {
+    int64_t t = blockIdx.x;
+    const bf16 *src = table + (int64_t)ids[t] * d;
+    bf16 *dst = x + t * d;
+    if ((d & 7) == 0) {
+        const uint4 *s4 = (const uint4 *)src;
+        uint4 *d4 = (uint4 *)dst;
+        for (int64_t i = threadIdx.x; i < d / 8; i += blockDim.x) d4[i] = s4[i];
+    } else {
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dst[i] = src[i];
+    }
+}
+
+void qlt_cuda_embed(qlt_backend *be, void *x, const int32_t *ids, const qlt_weight *emb, int64_t n) {
+    if (n <= 0) return;
+    QLT_ASSERT(emb->format == QLT_WFORMAT_BF16);
+    cudaStream_t s = cuda_impl_of(be)->stream;
+    embed_kernel<<<(unsigned)n, 128, 0, s>>>((bf16 *)x, ids, (const bf16 *)emb->data, n, emb->cols);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---- RoPE (HF rotate-half: i pairs with i + half); angle = float(pos) * inv_freq[i] in fp32 ---- */
+
+static __global__ void rope_kernel(bf16 *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                                   int head_dim, int inverse) {
+    int half = head_dim / 2;
+    int64_t total = n * half;
+    for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = idx / half;
+        int i = (int)(idx - t * half);
+        float angle = __fmul_rn((float)pos[t], inv_freq[i]);
+        float sn, cs;
+        sincosf(angle, &sn, &cs);
+        if (inverse) sn = -sn;
+        bf16 *row = x + t * (int64_t)heads * head_dim;
+        for (int h = 0; h < heads; h++) {
+            bf16 *xh = row + (int64_t)h * head_dim;
+            float a = __bfloat162float(xh[i]), b = __bfloat162float(xh[i + half]);
+            xh[i] = __float2bfloat16(a * cs - b * sn);
+            xh[i + half] = __float2bfloat16(b * cs + a * sn);
+        }
+    }
+}
+
+void qlt_cuda_rope(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                   int head_dim, int inverse) {
+    if (n <= 0) return;
+    cudaStream_t s = cuda_impl_of(be)->stream;
+    rope_kernel<<<qlt_grid(n * (head_dim / 2), 256), 256, 0, s>>>((bf16 *)x, pos, inv_freq, n, heads, head_dim,
+                                                                   inverse);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---- SwiGLU: h = silu(g) * u; dsilu/dg = sig (1 + g (1 - sig)) ---- */
+
+static __global__ void swiglu_fwd_kernel(bf16 *h, const bf16 *gate, const bf16 *up, int64_t count) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        float g = __bfloat162float(gate[i]), u = __bfloat162float(up[i]);
+        float sig = 1.0f / (1.0f + expf(-g));
+        h[i] = __float2bfloat16(g * sig * u);
+    }
+}
+
+static __global__ void swiglu_bwd_kernel(bf16 *dgate, bf16 *dup, const bf16 *dh, const bf16 *gate, const bf16 *up,
+                                         int64_t count) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        float g = __bfloat162float(gate[i]), u = __bfloat162float(up[i]), d = __bfloat162float(dh[i]);
+        float sig = 1.0f / (1.0f + expf(-g));
+        dup[i] = __float2bfloat16(d * g * sig);
+        dgate[i] = __float2bfloat16(d * u * sig * (1.0f + g * (1.0f - sig)));
+    }
+}
+
+void qlt_cuda_swiglu_fwd(qlt_backend *be, void *h, const void *gate, const void *up, int64_t count) {
+    if (count <= 0) return;
+    cudaStream_t s = cuda_impl_of(be)->stream;
+    swiglu_fwd_kernel<<<qlt_grid(count, 256), 256, 0, s>>>((bf16 *)h, (const bf16 *)gate, (const bf16 *)up, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+void qlt_cuda_swiglu_bwd(qlt_backend *be, void *dgate, void *dup, const void *dh, const void *gate, const void *up,
+                         int64_t count) {
+    if (count <= 0) return;
+    cudaStream_t s = cuda_impl_of(be)->stream;
+    swiglu_bwd_kernel<<<qlt_grid(count, 256), 256, 0, s>>>((bf16 *)dgate, (bf16 *)dup, (const bf16 *)dh,
+                                                          (const bf16 *)gate, (const bf16 *)up, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---- add / copy / zero ---- */
+
+static __global__ void add_kernel(bf16 *out, const bf16 *a, const bf16 *b, int64_t count) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+
+/* 8 elements per thread when every pointer is 16-byte aligned */
+static __global__ void add8_kernel(uint4 *out, const uint4 *a, const uint4 *b, int64_t count8) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count8; i += (int64_t)gridDim.x * blockDim.x) {
+        uint4 va = a[i], vb = b[i], vo;
+        const __nv_bfloat162 *pa = (const __nv_bfloat162 *)&va, *pb = (const __nv_bfloat162 *)&vb;
+        __nv_bfloat162 *po = (__nv_bfloat162 *)&vo;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 fa = __bfloat1622float2(pa[j]), fb = __bfloat1622float2(pb[j]);
+            po[j] = __floats2bfloat162_rn(fa.x + fb.x, fa.y + fb.y);
+        }
+        out[i] = vo;
+    }
+}
+
+void qlt_cuda_add(qlt_backend *be, void *out, const void *a, const void *b, int64_t count) {
+    if (count <= 0) return;
+    cudaStream_t s = cuda_impl_of(be)->stream;
+    if ((count & 7) == 0 && (((uintptr_t)out | (uintptr_t)a | (uintptr_t)b) & 15) == 0)
+        add8_kernel<<<qlt_grid(count / 8, 256), 256, 0, s>>>((uint4 *)out, (const uint4 *)a, (const uint4 *)b,
+                                                             count / 8);
+    else
+        add_kernel<<<qlt_grid(count, 256), 256, 0, s>>>((bf16 *)out, (const bf16 *)a, (const bf16 *)b, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+void qlt_cuda_copy(qlt_backend *be, void *out, const void *x, int64_t count) {
+    if (count <= 0 || out == x) return;
+    CUDA_CHECK(cudaMemcpyAsync(out, x, sizeof(bf16) * (size_t)count, cudaMemcpyDeviceToDevice,
+                               cuda_impl_of(be)->stream));
+}
+
+void qlt_cuda_zero(qlt_backend *be, void *p, size_t bytes) {
+    if (bytes == 0) return;
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_impl_of(be)->stream));
+}
+
+/* ---- dropout: the device twin of qlt_dropout_keep (src/cpu/dropout.c), identical integer math ---- */
+
+static __device__ __forceinline__ bool dropout_keep(uint64_t seed, uint64_t index, float p) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (index + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    double u = (double)(z >> 11) * (1.0 / 9007199254740992.0); /* exact: 53-bit integer times 2^-53 */
+    return u >= (double)p;
+}
+
+/* the twin of qlt_dropout_seed: the step's seed (read from device memory) mixed with the site's salt */
+static __device__ __forceinline__ uint64_t dropout_site_seed(uint64_t step_seed, uint64_t salt) {
+    return step_seed ^ (0xd1b54a32d192ed03ull * (salt + 1));
+}
+
+static __global__ void dropout_kernel(bf16 *out, const bf16 *x, int64_t count, float p, float inv_keep,
+                                      const uint64_t *step_seed, uint64_t salt) {
+    const uint64_t seed = dropout_site_seed(*step_seed, salt);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = __bfloat162float(x[i]);
+        out[i] = __float2bfloat16(dropout_keep(seed, (uint64_t)i, p) ? v * inv_keep : 0.0f);
+    }
+}
+
+void qlt_cuda_dropout(qlt_backend *be, void *out, const void *x, int64_t count, float p, const uint64_t *seed,
+                      uint64_t salt) {
+    if (count <= 0) return;
+    cudaStream_t s = cuda_impl_of(be)->stream;
+    float inv_keep = 1.0f / (1.0f - p);
+    dropout_kernel<<<qlt_grid(count, 256), 256, 0, s>>>((bf16 *)out, (const bf16 *)x, count, p, inv_keep, seed, salt);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---- random fill (benchmarks): bf16 values uniform in [-1, 1) from a counter hash ---- */
+
+static __global__ void fill_random_kernel(bf16 *out, int64_t count, uint64_t seed) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        uint64_t z = seed + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        out[i] = __float2bfloat16((float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
+    }
+}
+
+void qlt_cuda_fill_random_bf16(cudaStream_t s, bf16 *out, int64_t count, uint64_t seed) {
+    fill_random_kernel<<<qlt_grid(count, 256), 256, 0, s>>>(out, count, seed);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---- conversions ---- */
+
+static __global__ void f32_to_bf16_kernel(bf16 *out, const float *x, int64_t count) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16(x[i]);
+}
+
+static __global__ void f16_to_bf16_kernel(bf16 *out, const __half *x, int64_t count) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16(__half2float(x[i]));
+}
+
+static __global__ void f32_to_bf16_split_kernel(bf16 *hi, bf16 *lo, const float *x, int64_t count) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        bf16 h = __float2bfloat16(v);
+        hi[i] = h;
+        lo[i] = __float2bfloat16(v - __bfloat162float(h));
+    }
+}
+
+static __global__ void bf16_to_f32_2d_kernel(float *out, const bf16 *x, int64_t rows, int64_t cols, int64_t ld_x) {
+    int64_t total = rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / cols, c = i - r * cols;
+        out[i] = __bfloat162float(x[r * ld_x + c]);
+    }
+}
+
+static __global__ void bias_add_kernel(bf16 *y, const float *bias, int64_t n, int64_t rows) {
+    int64_t total = n * rows;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16(__bfloat162float(y[i]) + bias[i % rows]);
+}
+
+void qlt_cuda_f32_to_bf16(cudaStream_t s, bf16 *out, const float *x, int64_t count) {
+    if (count <= 0) return;
+    f32_to_bf16_kernel<<<qlt_grid(count, 256), 256, 0, s>>>(out, x, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+void qlt_cuda_f16_to_bf16(cudaStream_t s, bf16 *out, const __half *x, int64_t count) {
+    if (count <= 0) return;
+    f16_to_bf16_kernel<<<qlt_grid(count, 256), 256, 0, s>>>(out, x, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+void qlt_cuda_f32_to_bf16_split(cudaStream_t s, bf16 *hi, bf16 *lo, const float *x, int64_t count) {
+    if (count <= 0) return;
+    f32_to_bf16_split_kernel<<<qlt_grid(count, 256), 256, 0, s>>>(hi, lo, x, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+void qlt_cuda_bf16_to_f32_2d(cudaStream_t s, float *out, const bf16 *x, int64_t rows, int64_t cols, int64_t ld_x) {
+    if (rows <= 0 || cols <= 0) return;
+    bf16_to_f32_2d_kernel<<<qlt_grid(rows * cols, 256), 256, 0, s>>>(out, x, rows, cols, ld_x);
+    CUDA_CHECK_LAUNCH();
+}
+
+void qlt_cuda_bias_add(cudaStream_t s, bf16 *y, const float *bias, int64_t n, int64_t rows) {
+    if (n <= 0) return;
+    bias_add_kernel<<<qlt_grid(n * rows, 256), 256, 0, s>>>(y, bias, n, rows);
+    CUDA_CHECK_LAUNCH();
+}

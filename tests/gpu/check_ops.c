@@ -1,0 +1,801 @@
+/* check_ops.c: every CUDA op against the float32 CPU reference (src/cpu), through the qlt_backend table.
+ * Inputs are random, non-zero and rounded to bf16 on the host first, so both sides see identical
+ * values; every output buffer is poisoned (all-ones bit patterns = NaN) before the op runs, so an
+ * element the kernel forgets to write shows up as NaN and fails. Errors are max|gpu - ref| / max|ref|.
+ * Tolerances: bf16 outputs 1e-2 (one bf16 rounding is 2^-9 of the value); fp32 outputs 1e-4 or tighter;
+ * AdamW 1e-6 (expected bit-exact). Timing rows (perf) at the end: attention fwd/bwd and the lm_head
+ * loss at the sizes of a 7B model, and the three backward_a GEMM precisions. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/backend.h"
+#include "common/dtype.h"
+#include "common/error.h"
+#include "cpu/cpu_ops.h"
+#include "cuda/backend_cuda.h"
+#include "gpu_check.h"
+
+/* ---- helpers ---- */
+
+static qlt_backend *G;
+static int g_tried;
+
+static qlt_backend *gpu(void) {
+    if (!g_tried) {
+        g_tried = 1;
+        G = qlt_backend_cuda_create(0);
+        if (!G) gpu_check_fail("cuda_create", qlt_error());
+    }
+    return G;
+}
+
+#define MAX_DEV 128
+static void *dev_ptrs[MAX_DEV];
+static int n_dev;
+
+static void *dalloc(size_t bytes) {
+    void *p = G->alloc(G, bytes);
+    if (!p) {
+        fprintf(stderr, "check_ops: device allocation of %zu bytes failed\n", bytes);
+        exit(2);
+    }
+    if (n_dev < MAX_DEV) dev_ptrs[n_dev++] = p;
+    return p;
+}
+
+static void dfree_all(void) {
+    G->sync(G);
+    for (int i = 0; i < n_dev; i++) G->free(G, dev_ptrs[i]);
+    n_dev = 0;
+}
+
+static float bfr(float x) { return qlt_bf16_to_f32(qlt_f32_to_bf16(x)); }
+
+/* host random array rounded to bf16 (caller frees) */
+static float *hrand(gpu_rng *r, int64_t n, float scale) {
+    float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) x[i] = bfr(gpu_rng_normal(r) * scale);
+    return x;
+}
+
+static float *hrand_f32(gpu_rng *r, int64_t n, float scale) {
+    float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) x[i] = gpu_rng_normal(r) * scale;
+    return x;
+}
+
+static float *hcopy(const float *x, int64_t n) {
+    float *y = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    return y;
+}
+
+static void *dbf16(const float *h, int64_t n) {
+    uint16_t *t = malloc(2 * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) t[i] = qlt_f32_to_bf16(h[i]);
+    void *d = dalloc(2 * (size_t)(n ? n : 1));
+    G->upload(G, d, t, 2 * (size_t)n);
+    free(t);
+    return d;
+}
+
+static float *df32(const float *h, int64_t n) {
+    float *d = dalloc(4 * (size_t)(n ? n : 1));
+    G->upload(G, d, h, 4 * (size_t)n);
+    return d;
+}
+
+static int32_t *di32(const int32_t *h, int64_t n) {
+    int32_t *d = dalloc(4 * (size_t)(n ? n : 1));
+    G->upload(G, d, h, 4 * (size_t)n);
+    return d;
+}
+
+static void dpoison_fill(void *d, size_t bytes) {
+    unsigned char *t = malloc(bytes ? bytes : 1);
+    memset(t, 0xff, bytes);
+    G->upload(G, d, t, bytes);
+    free(t);
+}
+
+static void *dpoison(size_t bytes) {
+    void *d = dalloc(bytes ? bytes : 1);
+    dpoison_fill(d, bytes);
+    return d;
+}
+
+static float *hget_bf16(const void *d, int64_t n) {
+    uint16_t *t = malloc(2 * (size_t)(n ? n : 1));
+    G->download(G, t, d, 2 * (size_t)n);
+    float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) x[i] = qlt_bf16_to_f32(t[i]);
+    free(t);
+    return x;
+}
+
+static float *hget_f32(const float *d, int64_t n) {
+    float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    G->download(G, x, d, 4 * (size_t)n);
+    return x;
+}
+
+static void row(const char *name, const char *shape, const float *got, const float *ref, int64_t n, double tol) {
+    gpu_check_row(name, shape, gpu_rel_err(got, ref, n), tol, "rel");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* an uploaded bf16 weight [rows, cols] from host floats (already bf16-rounded) */
+static int weight(qlt_weight *w, const float *h, int64_t rows, int64_t cols) {
+    if (G->weight_create(G, w, h, QLT_DTYPE_F32, rows, cols, 0, 0) != 0) {
+        gpu_check_fail("weight_create", qlt_error());
+        return -1;
+    }
+    return 0;
+}
+
+/* packed examples: each row split into segments of random lengths (1 .. max_len) */
+static void make_segments(int32_t *seg, gpu_rng *r, int batch, int seq, int max_len) {
+    for (int b = 0; b < batch; b++) {
+        int start = 0, left = 0;
+        for (int t = 0; t < seq; t++) {
+            if (left == 0) {
+                start = t;
+                left = 1 + (int)(gpu_rng_uniform(r) * max_len);
+            }
+            seg[(int64_t)b * seq + t] = start;
+            left--;
+        }
+    }
+}
+
+/* ---- embed ---- */
+
+void check_embed(void) {
+    if (!gpu()) return;
+    gpu_rng r = {11};
+    const int64_t shapes[][3] = {{50, 96, 7}, {37, 64, 300}, {101, 20, 33}};
+    for (int s = 0; s < 3; s++) {
+        int64_t V = shapes[s][0], D = shapes[s][1], n = shapes[s][2];
+        float *tab = hrand(&r, V * D, 1.0f);
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(gpu_rng_uniform(&r) * V);
+        qlt_weight w;
+        if (weight(&w, tab, V, D)) return;
+        void *x = dpoison(2 * (size_t)(n * D));
+        G->embed(G, x, di32(ids, n), &w, n);
+        float *got = hget_bf16(x, n * D), *ref = malloc(sizeof(float) * (size_t)(n * D));
+        for (int64_t t = 0; t < n; t++) memcpy(ref + t * D, tab + ids[t] * D, sizeof(float) * (size_t)D);
+        char sh[64];
+        snprintf(sh, sizeof sh, "V%lld D%lld N%lld", (long long)V, (long long)D, (long long)n);
+        row("embed", sh, got, ref, n * D, 0.0);
+        G->weight_free(G, &w);
+        dfree_all();
+        free(tab), free(ids), free(got), free(ref);
+    }
+}
+
+/* ---- rmsnorm ---- */
+
+void check_rmsnorm(void) {
+    if (!gpu()) return;
+    gpu_rng r = {12};
+    const int64_t shapes[][2] = {{1, 64}, {7, 96}, {300, 896}, {33, 36}, {64, 3584}};
+    for (int s = 0; s < 5; s++) {
+        int64_t n = shapes[s][0], d = shapes[s][1];
+        char sh[64];
+        snprintf(sh, sizeof sh, "N%lld D%lld", (long long)n, (long long)d);
+        float *x = hrand(&r, n * d, 1.5f), *w = hrand_f32(&r, d, 1.0f), *dy = hrand(&r, n * d, 1.0f);
+        float *dx0 = hrand(&r, n * d, 1.0f);
+        float *y_ref = malloc(sizeof(float) * (size_t)(n * d)), *rstd_ref = malloc(sizeof(float) * (size_t)n);
+        qlt_cpu_rmsnorm_fwd(y_ref, rstd_ref, x, w, n, d, 1e-6f);
+        void *dxp = dbf16(x, n * d), *dyp = dpoison(2 * (size_t)(n * d));
+        float *drstd = dpoison(4 * (size_t)n), *dw = df32(w, d);
+        G->rmsnorm_fwd(G, dyp, drstd, dxp, dw, n, d, 1e-6f);
+        float *y = hget_bf16(dyp, n * d), *rs = hget_f32(drstd, n);
+        row("rmsnorm_fwd y", sh, y, y_ref, n * d, 1e-2);
+        row("rmsnorm_fwd rstd", sh, rs, rstd_ref, n, 1e-5);
+        for (int beta = 0; beta <= 1; beta++) {
+            float *ref = hcopy(dx0, n * d);
+            qlt_cpu_rmsnorm_bwd(ref, dy, x, rstd_ref, w, n, d, (float)beta);
+            void *ddx = beta ? dbf16(dx0, n * d) : dpoison(2 * (size_t)(n * d));
+            G->rmsnorm_bwd(G, ddx, dbf16(dy, n * d), dxp, df32(rstd_ref, n), dw, n, d, (float)beta);
+            float *got = hget_bf16(ddx, n * d);
+            row(beta ? "rmsnorm_bwd beta1" : "rmsnorm_bwd beta0", sh, got, ref, n * d, 1e-2);
+            free(ref), free(got);
+        }
+        dfree_all();
+        free(x), free(w), free(dy), free(dx0), free(y_ref), free(rstd_ref), free(y), free(rs);
+    }
+}
+
+/* ---- rope ---- */
+
+void check_rope(void) {
+    if (!gpu()) return;
+    gpu_rng r = {13};
+    const int shapes[][3] = {{7, 4, 16}, {300, 14, 64}, {33, 2, 128}, {5, 8, 32}};
+    for (int s = 0; s < 4; s++) {
+        int64_t n = shapes[s][0];
+        int heads = shapes[s][1], hd = shapes[s][2];
+        int64_t cnt = n * heads * hd;
+        float *inv = malloc(sizeof(float) * (size_t)(hd / 2));
+        for (int i = 0; i < hd / 2; i++) inv[i] = powf(1000000.0f, -2.0f * i / hd);
+        int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
+        for (int64_t t = 0; t < n; t++) pos[t] = (int32_t)(gpu_rng_uniform(&r) * 8192);
+        for (int inverse = 0; inverse <= 1; inverse++) {
+            float *x = hrand(&r, cnt, 1.0f), *ref = hcopy(x, cnt);
+            qlt_cpu_rope(ref, pos, inv, n, heads, hd, inverse);
+            void *dx = dbf16(x, cnt);
+            G->rope(G, dx, di32(pos, n), df32(inv, hd / 2), n, heads, hd, inverse);
+            float *got = hget_bf16(dx, cnt);
+            char sh[64];
+            snprintf(sh, sizeof sh, "N%lld H%d hd%d%s", (long long)n, heads, hd, inverse ? " inv" : "");
+            row("rope", sh, got, ref, cnt, 1e-2);
+            free(x), free(ref), free(got);
+        }
+        dfree_all();
+        free(inv), free(pos);
+    }
+}
+
+/* ---- swiglu, add, copy, dropout ---- */
+
+void check_elementwise(void) {
+    if (!gpu()) return;
+    gpu_rng r = {14};
+    const int64_t counts[] = {1, 7, 1000, 300 * 896};
+    for (int s = 0; s < 4; s++) {
+        int64_t n = counts[s];
+        char sh[64];
+        snprintf(sh, sizeof sh, "count %lld", (long long)n);
+        float *g = hrand(&r, n, 2.0f), *u = hrand(&r, n, 1.0f), *dh = hrand(&r, n, 1.0f);
+        float *h_ref = malloc(sizeof(float) * (size_t)n), *dg_ref = malloc(sizeof(float) * (size_t)n),
+              *du_ref = malloc(sizeof(float) * (size_t)n);
+        qlt_cpu_swiglu_fwd(h_ref, g, u, n);
+        qlt_cpu_swiglu_bwd(dg_ref, du_ref, dh, g, u, n);
+        void *dg = dbf16(g, n), *du = dbf16(u, n), *ddh = dbf16(dh, n);
+        void *hh = dpoison(2 * (size_t)n), *dgo = dpoison(2 * (size_t)n), *duo = dpoison(2 * (size_t)n);
+        G->swiglu_fwd(G, hh, dg, du, n);
+        G->swiglu_bwd(G, dgo, duo, ddh, dg, du, n);
+        float *h1 = hget_bf16(hh, n), *h2 = hget_bf16(dgo, n), *h3 = hget_bf16(duo, n);
+        row("swiglu_fwd", sh, h1, h_ref, n, 1e-2);
+        row("swiglu_bwd dgate", sh, h2, dg_ref, n, 1e-2);
+        row("swiglu_bwd dup", sh, h3, du_ref, n, 1e-2);
+        /* add (out separate, and aliased with a) and copy */
+        float *sum = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) sum[i] = g[i] + u[i];
+        void *o = dpoison(2 * (size_t)n);
+        G->add(G, o, dg, du, n);
+        float *h4 = hget_bf16(o, n);
+        row("add", sh, h4, sum, n, 1e-2);
+        G->add(G, dg, dg, du, n);
+        float *h5 = hget_bf16(dg, n);
+        row("add aliased", sh, h5, sum, n, 1e-2);
+        void *c = dpoison(2 * (size_t)n);
+        G->copy(G, c, du, n);
+        float *h6 = hget_bf16(c, n);
+        row("copy", sh, h6, u, n, 0.0);
+        /* dropout: identical keep mask (count of disagreements) and values */
+        float p = 0.1f;
+        uint64_t seed = 0x1234567890abcdefull + (uint64_t)s, off = 77;
+        float *d_ref = malloc(sizeof(float) * (size_t)n);
+        qlt_cpu_dropout(d_ref, u, n, p, qlt_dropout_seed(seed, off));
+        void *dd = dpoison(2 * (size_t)n);
+        uint64_t *dseed = dalloc(sizeof seed);
+        G->upload(G, dseed, &seed, sizeof seed);
+        G->dropout(G, dd, du, n, p, dseed, off);
+        float *h7 = hget_bf16(dd, n);
+        int64_t mism = 0;
+        for (int64_t i = 0; i < n; i++) mism += (h7[i] == 0.0f) != (d_ref[i] == 0.0f);
+        gpu_check_row("dropout mask mismatches", sh, (double)mism, 0.0, "count");
+        row("dropout values", sh, h7, d_ref, n, 1e-2);
+        dfree_all();
+        free(g), free(u), free(dh), free(h_ref), free(dg_ref), free(du_ref), free(h1), free(h2), free(h3), free(sum);
+        free(h4), free(h5), free(h6), free(d_ref), free(h7);
+    }
+}
+
+/* ---- linear forward / backward-x ---- */
+
+void check_linear(void) {
+    if (!gpu()) return;
+    gpu_rng r = {15};
+    const int64_t shapes[][3] = {{1, 64, 96}, {7, 896, 896}, {300, 130, 64}, {300, 896, 4864}};
+    for (int s = 0; s < 4; s++) {
+        int64_t n = shapes[s][0], rows = shapes[s][1], cols = shapes[s][2];
+        char sh[64];
+        snprintf(sh, sizeof sh, "N%lld out%lld in%lld", (long long)n, (long long)rows, (long long)cols);
+        float *x = hrand(&r, n * cols, 1.0f), *w = hrand(&r, rows * cols, 0.05f), *bias = hrand_f32(&r, rows, 0.5f);
+        qlt_weight wt;
+        if (weight(&wt, w, rows, cols)) return;
+        void *dx = dbf16(x, n * cols);
+        for (int with_bias = 0; with_bias <= 1; with_bias++) {
+            float *ref = malloc(sizeof(float) * (size_t)(n * rows));
+            qlt_cpu_gemm(0, 1, n, rows, cols, 1.0f, x, cols, w, cols, 0.0f, ref, rows);
+            if (with_bias)
+                for (int64_t t = 0; t < n; t++)
+                    for (int64_t o = 0; o < rows; o++) ref[t * rows + o] += bias[o];
+            void *y = dpoison(2 * (size_t)(n * rows));
+            G->linear_fwd(G, y, dx, &wt, with_bias ? df32(bias, rows) : NULL, n);
+            float *got = hget_bf16(y, n * rows);
+            row(with_bias ? "linear_fwd +bias" : "linear_fwd", sh, got, ref, n * rows, 1e-2);
+            free(ref), free(got);
+        }
+        /* backward-x in the three precisions, beta 0 and 1; a large-|dy| case for the fp16 guard */
+        static const char *mode_names[] = {"bf16", "fp16", "fp32"};
+        static const double mode_tol[] = {1e-2, 5e-3, 5e-3};
+        for (int big = 0; big <= 2; big++) {
+            float dscale = big == 1 ? 3.0e5f : big == 2 ? 1.0e-7f : 1.0f; /* overflow / underflow probes */
+            float *dy = hrand(&r, n * rows, dscale), *dx0 = hrand(&r, n * cols, 1.0f);
+            float *got_fp32 = NULL;
+            for (int beta = 0; beta <= 1; beta++) {
+                if (big && beta) continue;
+                float *ref = hcopy(dx0, n * cols);
+                for (int64_t i = 0; i < n * cols; i++) ref[i] *= dscale; /* keep beta*dx on dy's scale */
+                float *dx0s = hcopy(ref, n * cols);
+                for (int64_t i = 0; i < n * cols; i++) dx0s[i] = bfr(dx0s[i]), ref[i] = dx0s[i];
+                qlt_cpu_gemm(0, 0, n, cols, rows, 1.0f, dy, rows, w, cols, (float)beta, ref, cols);
+                void *ddy = dbf16(dy, n * rows);
+                for (int mode = 2; mode >= 0; mode--) {
+                    G->backward_a = (qlt_backward_a)mode;
+                    void *ddx = beta ? dbf16(dx0s, n * cols) : dpoison(2 * (size_t)(n * cols));
+                    G->linear_bwd_x(G, ddx, ddy, &wt, n, (float)beta);
+                    float *got = hget_bf16(ddx, n * cols);
+                    char name[64];
+                    snprintf(name, sizeof name, "linear_bwd_x %s%s%s", mode_names[mode], beta ? " beta1" : "",
+                             big == 1 ? " |dy|>65504" : big == 2 ? " |dy|~1e-7" : "");
+                    row(name, sh, got, ref, n * cols, big == 1 && mode == 0 ? 1e-2 : mode_tol[mode]);
+                    if (mode == 2) got_fp32 = got;
+                    else {
+                        snprintf(name, sizeof name, "bwd_x %s vs fp32%s", mode_names[mode], beta ? " beta1" : "");
+                        if (!big) row(name, sh, got, got_fp32, n * cols, mode_tol[mode]);
+                        free(got);
+                    }
+                }
+                G->backward_a = QLT_BACKWARD_A_BF16;
+                free(got_fp32), got_fp32 = NULL;
+                free(ref), free(dx0s);
+            }
+            free(dy), free(dx0);
+        }
+        G->weight_free(G, &wt);
+        dfree_all();
+        free(x), free(w), free(bias);
+    }
+}
+
+/* ---- LoRA ---- */
+
+void check_lora(void) {
+    if (!gpu()) return;
+    gpu_rng r = {16};
+    const int64_t shapes[][4] = {{7, 96, 64, 8}, {300, 896, 128, 16}, {1, 64, 96, 4}, {513, 896, 4864, 64}};
+    const float scale = 2.0f;
+    for (int s = 0; s < 4; s++) {
+        int64_t n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+        int rk = (int)shapes[s][3];
+        char sh[64];
+        snprintf(sh, sizeof sh, "N%lld in%lld out%lld r%d", (long long)n, (long long)in, (long long)out, rk);
+        float *x = hrand(&r, n * in, 1.0f), *a = hrand_f32(&r, rk * in, 0.1f), *b = hrand_f32(&r, out * rk, 0.1f);
+        float *y0 = hrand(&r, n * out, 1.0f);
+        /* forward */
+        float *u_ref = malloc(sizeof(float) * (size_t)(n * rk)), *y_ref = hcopy(y0, n * out);
+        qlt_cpu_gemm(0, 1, n, rk, in, 1.0f, x, in, a, in, 0.0f, u_ref, rk);
+        qlt_cpu_gemm(0, 1, n, out, rk, scale, u_ref, rk, b, rk, 1.0f, y_ref, out);
+        void *dxin = dbf16(x, n * in), *dy0 = dbf16(y0, n * out);
+        float *da_dev = df32(a, rk * in), *db_dev = df32(b, out * rk), *du = dpoison(4 * (size_t)(n * rk));
+        G->lora_fwd(G, dy0, du, dxin, da_dev, db_dev, n, in, out, rk, scale);
+        float *u = hget_f32(du, n * rk), *y = hget_bf16(dy0, n * out);
+        row("lora_fwd u (fp32)", sh, u, u_ref, n * rk, 1e-4);
+        row("lora_fwd y += (bf16)", sh, y, y_ref, n * out, 1e-2);
+        /* backward: dx with beta 0 / 1 and without dx; parameter grads accumulate onto non-zero values */
+        float *dyv = hrand(&r, n * out, 1.0f), *ga0 = hrand_f32(&r, rk * in, 0.01f), *gb0 = hrand_f32(&r, out * rk, 0.01f);
+        float *dx0 = hrand(&r, n * in, 1.0f);
+        for (int variant = 0; variant < 3; variant++) { /* 0: dx beta 0, 1: dx beta 1, 2: dx NULL */
+            float beta = variant == 1 ? 1.0f : 0.0f;
+            float *ga_ref = hcopy(ga0, rk * in), *gb_ref = hcopy(gb0, out * rk), *dx_ref = hcopy(dx0, n * in);
+            float *du_ref = malloc(sizeof(float) * (size_t)(n * rk));
+            qlt_cpu_gemm(0, 0, n, rk, out, scale, dyv, out, b, rk, 0.0f, du_ref, rk);
+            qlt_cpu_gemm(1, 0, out, rk, n, scale, dyv, out, u_ref, rk, 1.0f, gb_ref, rk);
+            qlt_cpu_gemm(1, 0, rk, in, n, 1.0f, du_ref, rk, x, in, 1.0f, ga_ref, in);
+            qlt_cpu_gemm(0, 0, n, in, rk, 1.0f, du_ref, rk, a, in, beta, dx_ref, in);
+            float *dga = df32(ga0, rk * in), *dgb = df32(gb0, out * rk), *scr = dpoison(4 * (size_t)(n * rk));
+            void *ddx = variant == 2 ? NULL : variant == 1 ? dbf16(dx0, n * in) : dpoison(2 * (size_t)(n * in));
+            G->lora_bwd(G, ddx, dga, dgb, scr, dbf16(dyv, n * out), dxin, df32(u_ref, n * rk), da_dev, db_dev, n, in,
+                        out, rk, scale, beta);
+            float *ga = hget_f32(dga, rk * in), *gb = hget_f32(dgb, out * rk);
+            const char *v = variant == 0 ? " (dx beta0)" : variant == 1 ? " (dx beta1)" : " (no dx)";
+            char name[64];
+            snprintf(name, sizeof name, "lora_bwd dA%s", v);
+            row(name, sh, ga, ga_ref, rk * in, 1e-4);
+            snprintf(name, sizeof name, "lora_bwd dB%s", v);
+            row(name, sh, gb, gb_ref, out * rk, 1e-4);
+            if (ddx) {
+                float *dxg = hget_bf16(ddx, n * in);
+                snprintf(name, sizeof name, "lora_bwd dx%s", v);
+                row(name, sh, dxg, dx_ref, n * in, 1e-2);
+                free(dxg);
+            }
+            free(ga_ref), free(gb_ref), free(dx_ref), free(du_ref), free(ga), free(gb);
+        }
+        dfree_all();
+        free(x), free(a), free(b), free(y0), free(u_ref), free(y_ref), free(u), free(y), free(dyv), free(ga0), free(gb0);
+        free(dx0);
+    }
+}
+
+/* ---- attention ---- */
+
+typedef struct attn_case {
+    int batch, seq, heads, kv, hd, max_seg; /* max_seg 0: one example per row */
+} attn_case;
+
+static const attn_case attn_cases[] = {
+    {1, 1, 4, 2, 16, 0},   {2, 17, 4, 2, 32, 5},   {1, 128, 14, 2, 64, 0}, {2, 128, 4, 2, 16, 40},
+    {1, 300, 8, 8, 128, 0}, {2, 512, 4, 2, 128, 150}, {1, 512, 14, 2, 64, 100}, {3, 77, 8, 8, 32, 30},
+};
+
+void check_attention(void) {
+    if (!gpu()) return;
+    gpu_rng r = {17};
+    for (size_t c = 0; c < sizeof attn_cases / sizeof attn_cases[0]; c++) {
+        const attn_case *A = &attn_cases[c];
+        int64_t n = (int64_t)A->batch * A->seq, qn = n * A->heads * A->hd, kn = n * A->kv * A->hd;
+        float scale = 1.0f / sqrtf((float)A->hd);
+        char sh[64];
+        snprintf(sh, sizeof sh, "B%d S%d H%d/%d hd%d%s", A->batch, A->seq, A->heads, A->kv, A->hd,
+                 A->max_seg ? " packed" : "");
+        int32_t *seg = malloc(sizeof(int32_t) * (size_t)n);
+        make_segments(seg, &r, A->batch, A->seq, A->max_seg ? A->max_seg : A->seq);
+        if (!A->max_seg)
+            for (int64_t i = 0; i < n; i++) seg[i] = 0;
+        float *q = hrand(&r, qn, 1.0f), *k = hrand(&r, kn, 1.0f), *v = hrand(&r, kn, 1.0f), *dout = hrand(&r, qn, 1.0f);
+        float *o_ref = malloc(sizeof(float) * (size_t)qn), *lse_ref = malloc(sizeof(float) * (size_t)(n * A->heads));
+        qlt_cpu_attention_fwd(o_ref, lse_ref, q, k, v, seg, A->batch, A->seq, A->heads, A->kv, A->hd, scale);
+        void *dq_ = dbf16(q, qn), *dk_ = dbf16(k, kn), *dv_ = dbf16(v, kn);
+        int32_t *dseg = di32(seg, n);
+        void *dout_ = dpoison(2 * (size_t)qn);
+        float *dlse = dpoison(4 * (size_t)(n * A->heads));
+        G->attention_fwd(G, dout_, dlse, dq_, dk_, dv_, dseg, A->batch, A->seq, A->heads, A->kv, A->hd, scale);
+        float *o = hget_bf16(dout_, qn), *l = hget_f32(dlse, n * A->heads);
+        row("attention_fwd out", sh, o, o_ref, qn, 1e-2);
+        row("attention_fwd lse", sh, l, lse_ref, n * A->heads, 1e-4);
+        /* backward on the reference forward's outputs (out rounded to bf16 for both sides) */
+        for (int64_t i = 0; i < qn; i++) o_ref[i] = bfr(o_ref[i]);
+        float *dq_ref = malloc(sizeof(float) * (size_t)qn), *dk_ref = malloc(sizeof(float) * (size_t)kn),
+              *dv_ref = malloc(sizeof(float) * (size_t)kn), *scr = malloc(sizeof(float) * (size_t)(n * A->heads));
+        qlt_cpu_attention_bwd(dq_ref, dk_ref, dv_ref, scr, dout, o_ref, lse_ref, q, k, v, seg, A->batch, A->seq, A->heads,
+                              A->kv, A->hd, scale);
+        void *gq = dpoison(2 * (size_t)qn), *gk = dpoison(2 * (size_t)kn), *gv = dpoison(2 * (size_t)kn);
+        float *gscr = dpoison(4 * (size_t)(n * A->heads));
+        G->attention_bwd(G, gq, gk, gv, gscr, dbf16(dout, qn), dbf16(o_ref, qn), df32(lse_ref, n * A->heads), dq_, dk_,
+                         dv_, dseg, A->batch, A->seq, A->heads, A->kv, A->hd, scale);
+        float *hq = hget_bf16(gq, qn), *hk = hget_bf16(gk, kn), *hv = hget_bf16(gv, kn), *hs = hget_f32(gscr, n * A->heads);
+        row("attention_bwd dq", sh, hq, dq_ref, qn, 2e-2);
+        row("attention_bwd dk", sh, hk, dk_ref, kn, 2e-2);
+        row("attention_bwd dv", sh, hv, dv_ref, kn, 2e-2);
+        row("attention_bwd D", sh, hs, scr, n * A->heads, 1e-4);
+        dfree_all();
+        free(seg), free(q), free(k), free(v), free(dout), free(o_ref), free(lse_ref), free(o), free(l);
+        free(dq_ref), free(dk_ref), free(dv_ref), free(scr), free(hq), free(hk), free(hv), free(hs);
+    }
+}
+
+/* ---- lm_head + cross-entropy, logits ---- */
+
+void check_lm_head_loss(void) {
+    if (!gpu()) return;
+    gpu_rng r = {18};
+    const int64_t shapes[][3] = {{7, 1000, 64}, {300, 1001, 96}, {4100, 512, 64}, {1, 2048, 128}};
+    for (int s = 0; s < 4; s++) {
+        int64_t n = shapes[s][0], V = shapes[s][1], D = shapes[s][2];
+        char sh[64];
+        snprintf(sh, sizeof sh, "N%lld V%lld D%lld", (long long)n, (long long)V, (long long)D);
+        float *x = hrand(&r, n * D, 1.0f), *w = hrand(&r, V * D, 0.2f);
+        int32_t *tg = malloc(sizeof(int32_t) * (size_t)n);
+        int64_t counted = 0;
+        for (int64_t t = 0; t < n; t++) {
+            tg[t] = (n > 1 && gpu_rng_uniform(&r) < 0.2f) ? -100 : (int32_t)(gpu_rng_uniform(&r) * V);
+            counted += tg[t] >= 0;
+        }
+        float gs = 1.0f / (float)(counted ? counted : 1);
+        /* reference, in chunks like the CPU backend (4096) */
+        float *dx_ref = malloc(sizeof(float) * (size_t)(n * D));
+        int64_t ch = n < 4096 ? n : 4096;
+        float *scr = malloc(sizeof(double) * (size_t)(ch * (V + 1)));
+        double loss_ref = 0;
+        for (int64_t t0 = 0; t0 < n; t0 += 4096) {
+            int64_t tn = n - t0 < 4096 ? n - t0 : 4096;
+            loss_ref += qlt_cpu_lm_head_loss(dx_ref + t0 * D, scr, x + t0 * D, w, tg + t0, tn, D, V, gs);
+        }
+        qlt_weight wt;
+        if (weight(&wt, w, V, D)) return;
+        qlt_optim_scalars sc0 = {0};
+        sc0.loss_sum = 0.5f; /* accumulates onto the existing value */
+        sc0.grad_scale = gs;
+        qlt_optim_scalars *dsc = dalloc(sizeof sc0);
+        G->upload(G, dsc, &sc0, sizeof sc0);
+        void *ddx = dpoison(2 * (size_t)(n * D)), *dscr = dpoison((size_t)ch * (size_t)(V + 2) * 4);
+        void *dx_in = dbf16(x, n * D);
+        int32_t *dtg = di32(tg, n);
+        G->lm_head_loss(G, dsc, ddx, dscr, dx_in, &wt, dtg, n);
+        qlt_optim_scalars sc;
+        G->download(G, &sc, dsc, sizeof sc);
+        float got_loss = sc.loss_sum - 0.5f, ref_loss = (float)loss_ref;
+        gpu_check_row("lm_head_loss loss_sum", sh, fabs((double)got_loss - loss_ref) / fabs(loss_ref), 1e-4, "rel");
+        (void)ref_loss;
+        float *dx = hget_bf16(ddx, n * D);
+        row("lm_head_loss dx", sh, dx, dx_ref, n * D, 1e-2);
+        /* loss only (dx NULL) */
+        G->upload(G, dsc, &sc0, sizeof sc0);
+        G->lm_head_loss(G, dsc, NULL, dscr, dx_in, &wt, dtg, n);
+        G->download(G, &sc, dsc, sizeof sc);
+        gpu_check_row("lm_head_loss (no dx)", sh, fabs((double)(sc.loss_sum - 0.5f) - loss_ref) / fabs(loss_ref), 1e-4,
+                      "rel");
+        /* logits (fp32) */
+        if (n <= 300) {
+            float *lref = malloc(sizeof(float) * (size_t)(n * V));
+            qlt_cpu_gemm(0, 1, n, V, D, 1.0f, x, D, w, D, 0.0f, lref, V);
+            float *dl = dpoison(4 * (size_t)(n * V));
+            G->logits(G, dl, dx_in, &wt, n);
+            float *lg = hget_f32(dl, n * V);
+            row("logits (fp32)", sh, lg, lref, n * V, 1e-5);
+            free(lref), free(lg);
+        }
+        G->weight_free(G, &wt);
+        dfree_all();
+        free(x), free(w), free(tg), free(dx_ref), free(scr), free(dx);
+    }
+}
+
+/* ---- optimizer ---- */
+
+void check_optimizer(void) {
+    if (!gpu()) return;
+    gpu_rng r = {19};
+    const int64_t counts[] = {1, 1000, 1234567};
+    for (int s = 0; s < 3; s++) {
+        int64_t n = counts[s];
+        char sh[64];
+        snprintf(sh, sizeof sh, "count %lld", (long long)n);
+        float *g = hrand_f32(&r, n, 0.5f), *p = hrand_f32(&r, n, 0.1f);
+        float *m = malloc(sizeof(float) * (size_t)n), *v = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) m[i] = 0.01f * gpu_rng_normal(&r), v[i] = 0.001f * gpu_rng_uniform(&r);
+        float *dg = df32(g, n), *dp = df32(p, n), *dm = df32(m, n), *dv = df32(v, n);
+        qlt_optim_scalars sc = {0};
+        qlt_optim_scalars *dsc = dalloc(sizeof sc);
+        G->upload(G, dsc, &sc, sizeof sc);
+        G->grad_norm_sq(G, dsc, dg, n);
+        qlt_optim_scalars got1, got2;
+        G->download(G, &got1, dsc, sizeof got1);
+        G->grad_norm_sq(G, dsc, dg, n);
+        G->download(G, &got2, dsc, sizeof got2);
+        double ref = qlt_cpu_sumsq(g, n);
+        gpu_check_row("grad_norm_sq", sh, fabs(got1.grad_norm_sq - ref) / ref, 1e-6, "rel");
+        gpu_check_row("grad_norm_sq repeat bits", sh, memcmp(&got1.grad_norm_sq, &got2.grad_norm_sq, 4) ? 1.0 : 0.0,
+                      0.0, "differs");
+        /* three AdamW steps, clipping on (the norm exceeds max) then off */
+        for (int step = 1; step <= 3; step++) {
+            sc = got1;
+            sc.lr = 1e-3f;
+            sc.beta1 = 0.9f;
+            sc.beta2 = 0.999f;
+            sc.eps = 1e-8f;
+            sc.weight_decay = 0.01f;
+            sc.bias_correction1 = 1.0f - powf(0.9f, (float)step);
+            sc.bias_correction2 = 1.0f - powf(0.999f, (float)step);
+            sc.max_grad_norm = step < 3 ? 0.5f : 0.0f;
+            G->upload(G, dsc, &sc, sizeof sc);
+            G->adamw(G, dp, dg, dm, dv, n, dsc);
+            float clip = qlt_clip_scale(sc.grad_norm_sq, sc.max_grad_norm);
+            qlt_cpu_adamw(p, g, m, v, n, sc.lr, sc.beta1, sc.beta2, sc.eps, sc.weight_decay, sc.bias_correction1,
+                          sc.bias_correction2, clip);
+        }
+        float *hp = hget_f32(dp, n), *hm = hget_f32(dm, n), *hv = hget_f32(dv, n);
+        row("adamw p (3 steps)", sh, hp, p, n, 1e-6);
+        row("adamw m", sh, hm, m, n, 1e-6);
+        row("adamw v", sh, hv, v, n, 1e-6);
+        dfree_all();
+        free(g), free(p), free(m), free(v), free(hp), free(hm), free(hv);
+    }
+}
+
+/* ---- CUDA graph capture: a chain of ops captured and replayed equals the eager run ---- */
+
+void check_graph_capture(void) {
+    if (!gpu()) return;
+    gpu_rng r = {20};
+    const int B = 2, S = 128, H = 4, KV = 2, HD = 64, D = H * HD, V = 512, RK = 8;
+    const int64_t n = (int64_t)B * S;
+    float *x = hrand(&r, n * D, 1.0f), *w = hrand(&r, (int64_t)D * D, 0.05f), *wl = hrand(&r, (int64_t)V * D, 0.1f);
+    float *a = hrand_f32(&r, (int64_t)RK * D, 0.1f), *b = hrand_f32(&r, (int64_t)D * RK, 0.1f);
+    float *nw = hrand_f32(&r, D, 1.0f);
+    int32_t *seg = malloc(sizeof(int32_t) * (size_t)n), *tg = malloc(sizeof(int32_t) * (size_t)n);
+    make_segments(seg, &r, B, S, 50);
+    for (int64_t t = 0; t < n; t++) tg[t] = (int32_t)(gpu_rng_uniform(&r) * V);
+    qlt_weight wq, wk, wv, wh;
+    if (weight(&wq, w, D, D) || weight(&wk, w, KV * HD, D) || weight(&wv, w + 7, KV * HD, D) || weight(&wh, wl, V, D))
+        return;
+    void *dx = dbf16(x, n * D), *xn = dalloc(2 * (size_t)(n * D)), *q = dalloc(2 * (size_t)(n * D));
+    void *k = dalloc(2 * (size_t)(n * KV * HD)), *v = dalloc(2 * (size_t)(n * KV * HD)), *o = dalloc(2 * (size_t)(n * D));
+    void *dxo = dalloc(2 * (size_t)(n * D)), *gq = dalloc(2 * (size_t)(n * D));
+    void *gk = dalloc(2 * (size_t)(n * KV * HD)), *gv = dalloc(2 * (size_t)(n * KV * HD));
+    float *rstd = dalloc(4 * (size_t)n), *lse = dalloc(4 * (size_t)(n * H)), *u = dalloc(4 * (size_t)(n * RK));
+    float *dscr = dalloc(4 * (size_t)(n * H));
+    float *da = df32(a, (int64_t)RK * D), *db = df32(b, (int64_t)D * RK), *dnw = df32(nw, D);
+    int32_t *dseg = di32(seg, n), *dtg = di32(tg, n);
+    void *scr = dalloc((size_t)n * (V + 2) * 4);
+    qlt_optim_scalars sc0 = {0};
+    sc0.grad_scale = 1.0f / (float)n;
+    qlt_optim_scalars *dsc = dalloc(sizeof sc0);
+    float *results[2][3];
+    float losses[2];
+    cudaStream_t st = (cudaStream_t)qlt_cuda_stream(G);
+    for (int pass = 0; pass < 2; pass++) { /* pass 0 eager, pass 1 captured and replayed */
+        G->upload(G, dsc, &sc0, sizeof sc0);
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        if (pass == 1 && cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+            gpu_check_fail("graph capture", "cudaStreamBeginCapture failed");
+            return;
+        }
+        G->rmsnorm_fwd(G, xn, rstd, dx, dnw, n, D, 1e-6f);
+        G->linear_fwd(G, q, xn, &wq, NULL, n);
+        G->lora_fwd(G, q, u, xn, da, db, n, D, D, RK, 2.0f);
+        G->linear_fwd(G, k, xn, &wk, NULL, n);
+        G->linear_fwd(G, v, xn, &wv, NULL, n);
+        G->attention_fwd(G, o, lse, q, k, v, dseg, B, S, H, KV, HD, 1.0f / 8.0f);
+        G->lm_head_loss(G, dsc, dxo, scr, o, &wh, dtg, n);
+        G->attention_bwd(G, gq, gk, gv, dscr, dxo, o, lse, q, k, v, dseg, B, S, H, KV, HD, 1.0f / 8.0f);
+        if (pass == 1) {
+            cudaError_t e1 = cudaStreamEndCapture(st, &graph);
+            cudaError_t e2 = e1 == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : e1;
+            cudaError_t e3 = e2 == cudaSuccess ? cudaGraphLaunch(exec, st) : e2;
+            if (e3 != cudaSuccess) {
+                gpu_check_fail("graph capture", cudaGetErrorString(e3));
+                return;
+            }
+        }
+        results[pass][0] = hget_bf16(gq, n * D);
+        results[pass][1] = hget_bf16(gk, n * KV * HD);
+        results[pass][2] = hget_bf16(gv, n * KV * HD);
+        qlt_optim_scalars sc;
+        G->download(G, &sc, dsc, sizeof sc);
+        losses[pass] = sc.loss_sum;
+        if (exec) cudaGraphExecDestroy(exec);
+        if (graph) cudaGraphDestroy(graph);
+    }
+    const char *sh = "B2 S128 H4/2 hd64 V512";
+    gpu_check_row("graph replay == eager loss", sh, fabs((double)losses[0] - losses[1]), 0.0, "abs");
+    row("graph replay == eager dq", sh, results[1][0], results[0][0], n * D, 0.0);
+    row("graph replay == eager dk", sh, results[1][1], results[0][1], n * KV * HD, 0.0);
+    row("graph replay == eager dv", sh, results[1][2], results[0][2], n * KV * HD, 0.0);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) free(results[i][j]);
+    G->weight_free(G, &wq), G->weight_free(G, &wk), G->weight_free(G, &wv), G->weight_free(G, &wh);
+    dfree_all();
+    free(x), free(w), free(wl), free(a), free(b), free(nw), free(seg), free(tg);
+}
+
+/* ---- performance ---- */
+
+void check_perf(void) {
+    if (!gpu()) return;
+    gpu_rng r = {21};
+    /* attention fwd + bwd: batch 4, seq 2048, heads 28 / 4, head_dim 128 (Qwen2.5-7B) */
+    {
+        const int B = 4, S = 2048, H = 28, KV = 4, HD = 128;
+        int64_t n = (int64_t)B * S, qn = n * H * HD, kn = n * KV * HD;
+        float *h = hrand(&r, qn, 1.0f);
+        void *q = dbf16(h, qn), *k = dbf16(h, kn), *v = dbf16(h + kn, kn), *o = dalloc(2 * (size_t)qn);
+        void *dout = dbf16(h, qn), *dq = dalloc(2 * (size_t)qn), *dk = dalloc(2 * (size_t)kn),
+             *dv = dalloc(2 * (size_t)kn);
+        float *lse = dalloc(4 * (size_t)(n * H)), *scr = dalloc(4 * (size_t)(n * H));
+        int32_t *seg = calloc((size_t)n, sizeof(int32_t));
+        int32_t *dseg = di32(seg, n);
+        float scale = 1.0f / sqrtf((float)HD);
+        double flops_fwd = 4.0 * B * H * (double)S * S / 2 * HD, flops_bwd = 2.5 * flops_fwd;
+        for (int packed = 0; packed <= 1; packed++) {
+            if (packed) {
+                make_segments(seg, &r, B, S, 512);
+                G->upload(G, dseg, seg, sizeof(int32_t) * (size_t)n);
+            }
+            double tf = 0, tb = 0;
+            for (int it = 0; it < 12; it++) {
+                G->sync(G);
+                double t0 = now_s();
+                G->attention_fwd(G, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale);
+                G->sync(G);
+                double t1 = now_s();
+                G->attention_bwd(G, dq, dk, dv, scr, dout, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale);
+                G->sync(G);
+                double t2 = now_s();
+                if (it >= 2) tf += t1 - t0, tb += t2 - t1;
+            }
+            tf /= 10, tb /= 10;
+            const char *sh = packed ? "B4 S2048 H28/4 hd128 packed" : "B4 S2048 H28/4 hd128 causal";
+            gpu_check_perf("attention_fwd ms", sh, tf * 1e3, "ms");
+            gpu_check_perf("attention_bwd ms", sh, tb * 1e3, "ms");
+            if (!packed) {
+                gpu_check_perf("attention_fwd TFLOP/s", sh, flops_fwd / tf / 1e12, "TFLOP/s");
+                gpu_check_perf("attention_bwd TFLOP/s", sh, flops_bwd / tb / 1e12, "TFLOP/s");
+                gpu_check_perf("attention fwd+bwd TFLOP/s", sh, (flops_fwd + flops_bwd) / (tf + tb) / 1e12, "TFLOP/s");
+            }
+        }
+        dfree_all();
+        free(h), free(seg);
+    }
+    /* fused lm_head + CE: N 8192, V 151936, D 3584 */
+    {
+        const int64_t n = 8192, V = 151936, D = 3584;
+        float *wh = malloc(sizeof(float) * (size_t)(V * D));
+        for (int64_t i = 0; i < V * D; i++) wh[i] = 0.02f * (gpu_rng_uniform(&r) - 0.5f);
+        qlt_weight w;
+        if (weight(&w, wh, V, D)) return;
+        free(wh);
+        float *x = hrand(&r, n * D, 1.0f);
+        int32_t *tg = malloc(sizeof(int32_t) * (size_t)n);
+        for (int64_t t = 0; t < n; t++) tg[t] = (int32_t)(gpu_rng_uniform(&r) * V);
+        void *dx_in = dbf16(x, n * D), *ddx = dalloc(2 * (size_t)(n * D));
+        void *scr = dalloc((size_t)4096 * (size_t)(V + 2) * 4);
+        int32_t *dtg = di32(tg, n);
+        qlt_optim_scalars sc0 = {0};
+        sc0.grad_scale = 1.0f / (float)n;
+        qlt_optim_scalars *dsc = dalloc(sizeof sc0);
+        G->upload(G, dsc, &sc0, sizeof sc0);
+        double tt = 0;
+        for (int it = 0; it < 5; it++) {
+            G->sync(G);
+            double t0 = now_s();
+            G->lm_head_loss(G, dsc, ddx, scr, dx_in, &w, dtg, n);
+            G->sync(G);
+            if (it >= 1) tt += now_s() - t0;
+        }
+        tt /= 4;
+        gpu_check_perf("lm_head_loss ms", "N8192 V151936 D3584", tt * 1e3, "ms");
+        gpu_check_perf("lm_head_loss GEMM TFLOP/s", "N8192 V151936 D3584", 4.0 * n * V * D / tt / 1e12, "TFLOP/s");
+        G->weight_free(G, &w);
+        dfree_all();
+        free(x), free(tg);
+    }
+    /* backward-x precisions: dx [8192, 3584] = dy [8192, 18944] W [18944, 3584] (down_proj^T) */
+    {
+        const int64_t n = 8192, rows = 18944, cols = 3584;
+        float *h = hrand(&r, rows * cols, 0.02f);
+        qlt_weight w;
+        if (weight(&w, h, rows, cols)) return;
+        free(h);
+        h = hrand(&r, n * rows, 1.0f);
+        void *dy = dbf16(h, n * rows), *dx = dalloc(2 * (size_t)(n * cols));
+        free(h);
+        static const char *names[] = {"linear_bwd_x bf16 ms", "linear_bwd_x fp16 ms", "linear_bwd_x fp32 ms"};
+        for (int mode = 0; mode < 3; mode++) {
+            G->backward_a = (qlt_backward_a)mode;
+            double tt = 0;
+            for (int it = 0; it < 6; it++) {
+                G->sync(G);
+                double t0 = now_s();
+                G->linear_bwd_x(G, dx, dy, &w, n, 0.0f);
+                G->sync(G);
+                if (it >= 1) tt += now_s() - t0;
+            }
+            tt /= 5;
+            gpu_check_perf(names[mode], "N8192 18944->3584", tt * 1e3, "ms");
+        }
+        G->backward_a = QLT_BACKWARD_A_BF16;
+        G->weight_free(G, &w);
+        dfree_all();
+    }
+    size_t cur = 0, peak = 0, used = 0, total = 0;
+    qlt_cuda_memory_report(G, &cur, &peak, &used, &total);
+    gpu_check_perf("backend peak memory", "all checks", (double)peak / (1 << 20), "MiB");
+}
