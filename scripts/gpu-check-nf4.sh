@@ -13,7 +13,8 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv,noheader
 
 bnb_ok=0
 if ls .whl/bitsandbytes-*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  # unpacked directly: the slimmed wheel's RECORD no longer lists every file, which pip refuses
+  python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/tmp/site') for w in glob.glob('.whl/*.whl')]" \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} && bnb_ok=1
 fi
 if [ "$bnb_ok" = 1 ] && python3 scripts/nf4_check_bnb.py "$out/bnb" 2>&1 | tail -20; then

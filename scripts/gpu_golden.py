@@ -5,9 +5,11 @@ For each tiny fixture (tests/data/fixtures) and each base format (model.quant no
   - eval with the initial adapter: loss vs golden losses[0] (none) or vs the CPU reference's NF4 loss (nf4)
   - train 3 steps exactly as the golden run (lr 1e-2, AdamW, clip 1.0): losses and pre-clip grad norms
     vs golden, and the final adapter vs golden step3.*.
-Tolerances are those of bf16 activations (8 mantissa bits): losses 1e-2 relative, grad norms 3e-2,
-step-3 adapters 5e-2 of each tensor's max (Adam's sign-like first updates amplify bf16 noise on
-near-zero gradient elements; the fp32 CPU path is held to 1e-4 in CI).
+Tolerances are those of bf16 activations (8 mantissa bits): losses 1e-2 relative, grad norms 3e-2, and
+for the step-3 adapters the Frobenius norm of the error over the norm of the 3-step update, per tensor,
+<= 0.1. An elementwise max is not meaningful here: Adam divides each gradient element by its own RMS, so
+elements whose gradient is near zero (|g| ~ eps) take updates of +-lr from bf16 rounding noise alone; the
+fp32 CPU path is held elementwise to 1e-4 of each tensor's max in CI.
 Prints one table row per check; exit 1 if any fails.
 
     python3 scripts/gpu_golden.py BINARY FIXTURES_DIR OUT_DIR
@@ -20,7 +22,7 @@ import sys
 import torch
 from safetensors.torch import load_file
 
-LOSS_TOL, NORM_TOL, STEP3_TOL = 1e-2, 3e-2, 5e-2
+LOSS_TOL, NORM_TOL, STEP3_TOL = 1e-2, 3e-2, 1e-1
 rows, failed = [], 0
 
 
@@ -83,12 +85,15 @@ def main():
                     gn = g["grad_norms_preclip"][s].item()
                     row(f"{model} step {s + 1} grad norm", abs(metrics[s]["grad_norm"] - gn) / gn, NORM_TOL)
                 final = load_file(os.path.join(out, "final", "adapter_model.safetensors"))
-                worst = 0.0
+                init = load_file(os.path.join(fx, "adapter-init", "adapter_model.safetensors"))
+                worst_max, worst_update = 0.0, 0.0
                 for k, v in g.items():
                     if k.startswith("step3."):
-                        mine = final[k[6:]].double()
-                        worst = max(worst, ((mine - v.double()).abs().max() / v.double().abs().max()).item())
-                row(f"{model} step-3 adapter (worst tensor)", worst, STEP3_TOL)
+                        mine, ref, start = final[k[6:]].double(), v.double(), init[k[6:]].double()
+                        worst_max = max(worst_max, ((mine - ref).abs().max() / ref.abs().max()).item())
+                        worst_update = max(worst_update, ((mine - ref).norm() / (ref - start).norm()).item())
+                print(f"{model} step-3 adapter: worst max|err|/max|ref| {worst_max:.3e} (elementwise, informative)")
+                row(f"{model} step-3 adapter: |err| / |3-step update|", worst_update, STEP3_TOL)
             else:
                 cfg_cpu = os.path.join(work, f"{model}-{quant}-cpu.yaml")
                 run(binary, ["train", "--config", cfg_cpu])

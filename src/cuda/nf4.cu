@@ -192,7 +192,7 @@ static __global__ void nf4_nested_kernel(const float *__restrict__ absmax, int64
     if (lane == 0) nested_absmax[b] = m;
 }
 
-/* ---- dequantize: one thread per 32 values (16 code bytes: one 16-byte load, 16-byte stores) ---- */
+/* ---- dequantize: one thread per 8 values (4 code bytes: one 4-byte load, one 16-byte store) ---- */
 
 __constant__ float nf4_codebook_const[16] = {
     -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,
@@ -250,23 +250,22 @@ static __global__ void __launch_bounds__(256) nf4_dequantize_kernel(nf4_dq_args 
     __shared__ float lut[16];
     if (threadIdx.x < 16) lut[threadIdx.x] = nf4_codebook_const[threadIdx.x];
     __syncthreads();
-    const int64_t e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 32;
+    /* thread t: code bytes [4t, 4t+4) -> values [8t, 8t+8): a warp reads 128 contiguous bytes and writes
+     * 512 (bf16 / fp16) contiguous bytes, each thread one 4-byte load and one 16-byte store */
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t e = t * 8;
     if (e >= a.n) return;
-    const float s = block_scale<NESTED>(a, e >> a.log2_blocksize); /* 32 values never straddle a block */
-    if (e + 32 <= a.n) {
-        const uint4 raw = __ldg(reinterpret_cast<const uint4 *>(a.codes + e / 2));
-        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    const float s = block_scale<NESTED>(a, e >> a.log2_blocksize); /* 8 values never straddle a block */
+    if (e + 8 <= a.n) {
+        const uint32_t w = __ldg(reinterpret_cast<const uint32_t *>(a.codes) + t);
+        float v[8];
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float v[8];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                uint32_t byte = (w[k] >> (8 * j)) & 0xffu;
-                v[2 * j] = mul_ftz(lut[byte >> 4], s);
-                v[2 * j + 1] = mul_ftz(lut[byte & 0x0f], s);
-            }
-            store8(out + e + 8 * k, v);
+        for (int j = 0; j < 4; j++) {
+            uint32_t byte = (w >> (8 * j)) & 0xffu;
+            v[2 * j] = mul_ftz(lut[byte >> 4], s);
+            v[2 * j + 1] = mul_ftz(lut[byte & 0x0f], s);
         }
+        store8(out + e, v);
     } else {
         for (int64_t i = e; i < a.n; i++) {
             uint8_t byte = a.codes[i / 2];
@@ -329,9 +328,9 @@ static int launch_double_quant(qlt_nf4 *q, const float *absmax, void *workspace,
 template <typename T, bool NESTED>
 static int launch_dequantize(const nf4_dq_args &a, T *out, cudaStream_t stream) {
     const int block = 256;
-    const bool aligned = ((uintptr_t)a.codes % 16 == 0) && ((uintptr_t)out % 16 == 0);
+    const bool aligned = ((uintptr_t)a.codes % 4 == 0) && ((uintptr_t)out % 16 == 0);
     if (aligned)
-        nf4_dequantize_kernel<T, NESTED><<<grid_for((a.n + 31) / 32, block), block, 0, stream>>>(a, out);
+        nf4_dequantize_kernel<T, NESTED><<<grid_for((a.n + 7) / 8, block), block, 0, stream>>>(a, out);
     else
         nf4_dequantize_scalar_kernel<T, NESTED><<<grid_for(a.n, block), block, 0, stream>>>(a, out);
     NF4_CUDA_CHECK(cudaGetLastError());

@@ -56,7 +56,7 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
 int qlt_model_open(qlt_model *m, qlt_backend *be, const char *path, const qlt_model_load_opts *opts, uint64_t seed);
 /* The directory holding the model's files (tokenizer.json, config.json): path, or the config's dir. Heap. */
 char *qlt_model_dir_of(const char *path);
-/* A model of the given architecture with random weights (N(0, 0.02), norms 1), no files needed. */
+/* A model of the given architecture with random weights (std 0.02, norms 1), no files needed. */
 int qlt_model_init_random(qlt_model *m, qlt_backend *be, const qlt_model_config *cfg, uint64_t seed,
                           const qlt_model_load_opts *opts);
 void qlt_model_free(qlt_model *m);
