@@ -148,9 +148,11 @@ struct qlt_backend {
     /* Fused lm_head + cross-entropy over N tokens: logits = x . W^T (W [V, D]); for targets[t] != -100,
      * scalars->loss_sum += -log softmax(logits)[target]; when dx != NULL, dx [N, D] = scalars->grad_scale *
      * d(sum of losses)/dx (0 rows for ignored tokens). Never holds [N, V] in float32 at once on CUDA;
-     * scratch: qlt_loss_scratch_bytes(model, N) bytes (chunk logits and per-token losses). */
+     * scratch: loss_scratch_bytes(be, N, V) bytes (the chunk logits and per-token losses). */
     void (*lm_head_loss)(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch,
                          const void *x, const qlt_weight *w, const int32_t *targets, int64_t n);
+    /* Bytes of lm_head_loss scratch for n tokens and vocabulary v (the backend's chunk of logits). */
+    size_t (*loss_scratch_bytes)(qlt_backend *be, int64_t n, int64_t v);
     /* out float [N, V] = float(x . W^T): logits for evaluation and tests. */
     void (*logits)(qlt_backend *be, float *out, const void *x, const qlt_weight *w, int64_t n);
     /* scalars->grad_norm_sq = sum(g^2) over g float [count]. */

@@ -267,6 +267,12 @@ static void cpu_lm_head_loss(qlt_backend *be, qlt_optim_scalars *scalars, void *
     scalars->loss_sum += (float)total;
 }
 
+/* double logit rows of a 4096-token chunk plus a double per token (the per-token losses) */
+static size_t cpu_loss_scratch_bytes(qlt_backend *be, int64_t n, int64_t v) {
+    int64_t rows = n < CPU_LOSS_CHUNK ? n : CPU_LOSS_CHUNK;
+    return (size_t)rows * ((size_t)v + 1) * sizeof(double);
+}
+
 static void cpu_logits(qlt_backend *be, float *out, const void *x, const qlt_weight *w, int64_t n) {
     cpu_linear_fwd(be, out, x, w, NULL, n);
 }
@@ -321,6 +327,7 @@ qlt_backend *qlt_backend_cpu_create(int threads) {
     be->dropout = cpu_dropout;
     be->lm_head_loss = cpu_lm_head_loss;
     be->logits = cpu_logits;
+    be->loss_scratch_bytes = cpu_loss_scratch_bytes;
     be->grad_norm_sq = cpu_grad_norm_sq;
     be->adamw = cpu_adamw;
     return be;

@@ -332,6 +332,7 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->add = qlt_cuda_add;
     be->dropout = qlt_cuda_dropout;
     be->lm_head_loss = qlt_cuda_lm_head_loss;
+    be->loss_scratch_bytes = qlt_cuda_loss_scratch_bytes;
     be->logits = qlt_cuda_logits;
     be->grad_norm_sq = qlt_cuda_grad_norm_sq;
     be->adamw = qlt_cuda_adamw;

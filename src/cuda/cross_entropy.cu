@@ -10,7 +10,9 @@
  * finish (barrier) before its bf16 writes, which only touch fp32 words below the segment's end. */
 #include "cuda/cuda_common.h"
 
-#define CE_CHUNK 4096
+/* Tokens per chunk: fp32 logits of 1024 tokens of a 152k vocabulary are 0.6 GB; larger chunks buy little
+ * (the chunk GEMMs are already large) and cost memory that a 7B step under 8 GiB cannot spare. */
+#define CE_CHUNK 1024
 #define CE_THREADS 1024
 #define CE_SEG (CE_THREADS * 4)
 
@@ -138,6 +140,11 @@ static __global__ void loss_sum_kernel(float *loss_sum, const float *losses, int
         __syncthreads();
     }
     if (threadIdx.x == 0) *loss_sum += (float)part[0];
+}
+
+size_t qlt_cuda_loss_scratch_bytes(qlt_backend *be, int64_t n, int64_t v) {
+    int64_t rows = n < CE_CHUNK ? n : CE_CHUNK;
+    return (size_t)rows * ((size_t)v + 1) * sizeof(float) + 16;
 }
 
 void qlt_cuda_lm_head_loss(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch, const void *x,

@@ -8,9 +8,7 @@
 #include "common/error.h"
 
 size_t qlt_loss_scratch_bytes(const qlt_model *m, int64_t n) {
-    int64_t rows = n < 4096 ? n : 4096;
-    /* float32 logit rows plus a double per row (the CPU reference's per-token losses) */
-    return (size_t)rows * ((size_t)m->cfg.vocab + 1) * sizeof(double);
+    return m->be->loss_scratch_bytes(m->be, n, m->cfg.vocab);
 }
 
 static const qlt_lora_ref *lora_ref(const qlt_forward_opts *o, int layer, qlt_proj p, qlt_lora_ref *ref) {
