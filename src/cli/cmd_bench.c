@@ -142,15 +142,19 @@ static int run_bench(const bench_opts *o, const char *tmp) {
     qlt_backend *be = t.be;
     double *step_s = qlt_xcalloc((size_t)o->steps, sizeof(double));
     double phase_ms[QLT_PHASE_COUNT] = {0}, first_step_s = 0, last_loss = 0;
-    for (int s = 0; s < o->warmup + o->steps && rc == 0; s++) {
-        if (s == o->warmup && be->profile_on) be->profile_on(be, 1);
+    /* graph mode reports each step one call later: record metrics by the step they belong to */
+    int profile = be->profile_on && !t.graph_mode;
+    for (int s = 0; s <= o->warmup + o->steps && rc == 0; s++) {
         qlt_step_metrics m;
-        rc = qlt_trainer_step(&t, &m);
-        if (s == 0) first_step_s = m.seconds;
-        if (s >= o->warmup) step_s[s - o->warmup] = m.seconds;
+        if (s == o->warmup && profile) be->profile_on(be, 1);
+        rc = s < o->warmup + o->steps ? qlt_trainer_step(&t, &m) : qlt_trainer_flush(&t, &m);
+        if (rc != 0 || !m.valid) continue;
+        int k = (int)m.step - 1;
+        if (k == 0) first_step_s = m.seconds;
+        if (k >= o->warmup) step_s[k - o->warmup] = m.seconds;
         last_loss = m.loss;
     }
-    if (rc == 0 && be->profile_read) {
+    if (rc == 0 && profile) {
         be->profile_read(be, phase_ms);
         be->profile_on(be, 0);
     }

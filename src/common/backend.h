@@ -57,6 +57,8 @@ typedef enum qlt_phase {
 
 const char *qlt_phase_name(qlt_phase p);
 
+#define QLT_BACKEND_EVENTS 4
+
 typedef struct qlt_backend qlt_backend;
 struct qlt_backend {
     const char *name;     /* "cpu" or "cuda" */
@@ -82,6 +84,20 @@ struct qlt_backend {
     size_t (*peak_bytes)(qlt_backend *be);
     /* Measured dense bf16 GEMM rate in TFLOP/s (the MFU denominator), or NULL when not applicable. */
     double (*gemm_peak_tflops)(qlt_backend *be);
+
+    /* ---- asynchronous transfers and graphs (NULL on backends without them, e.g. the CPU) ----
+     * A captured graph replays every op issued between capture_begin and capture_end; what changes from
+     * step to step must be in backend memory the host rewrites (with upload_async) before each launch. */
+    void *(*host_alloc)(qlt_backend *be, size_t bytes); /* pinned host memory, for the async copies */
+    void (*host_free)(qlt_backend *be, void *p);
+    void (*upload_async)(qlt_backend *be, void *dst, const void *src_pinned, size_t bytes);
+    void (*download_async)(qlt_backend *be, void *dst_pinned, const void *src, size_t bytes);
+    void (*event_record)(qlt_backend *be, int slot); /* slot < QLT_BACKEND_EVENTS: marks this point of the stream */
+    void (*event_wait)(qlt_backend *be, int slot);   /* the host waits until the stream passed that mark */
+    int (*capture_begin)(qlt_backend *be);
+    int (*capture_end)(qlt_backend *be, void **graph); /* instantiates the captured graph */
+    int (*graph_launch)(qlt_backend *be, void *graph);
+    void (*graph_free)(qlt_backend *be, void *graph);
     /* Uploads a frozen weight given as host values of `dtype` [rows, cols], quantizing to NF4 when
      * `nf4_blocksize` > 0. Fills *w; returns 0 or -1 with qlt_fail. */
     int (*weight_create)(qlt_backend *be, qlt_weight *w, const void *host, qlt_dtype dtype, int64_t rows,

@@ -94,6 +94,71 @@ static void cuda_download(qlt_backend *be, void *dst, const void *src, size_t n)
 
 static void cuda_sync(qlt_backend *be) { CUDA_CHECK(cudaStreamSynchronize(cuda_impl_of(be)->stream)); }
 
+/* ---- asynchronous transfers, events and graphs ---- */
+
+static void *cuda_host_alloc(qlt_backend *be, size_t bytes) {
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 16) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_host_free(qlt_backend *be, void *p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+}
+
+static void cuda_upload_async(qlt_backend *be, void *dst, const void *src, size_t n) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cuda_impl_of(be)->stream));
+}
+
+static void cuda_download_async(qlt_backend *be, void *dst, const void *src, size_t n) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, cuda_impl_of(be)->stream));
+}
+
+static void cuda_event_record(qlt_backend *be, int slot) {
+    cuda_impl *impl = cuda_impl_of(be);
+    QLT_ASSERT(slot >= 0 && slot < QLT_BACKEND_EVENTS);
+    CUDA_CHECK(cudaEventRecord(impl->marks[slot], impl->stream));
+}
+
+static void cuda_event_wait(qlt_backend *be, int slot) {
+    QLT_ASSERT(slot >= 0 && slot < QLT_BACKEND_EVENTS);
+    CUDA_CHECK(cudaEventSynchronize(cuda_impl_of(be)->marks[slot]));
+}
+
+static int cuda_capture_begin(qlt_backend *be) {
+    cudaError_t e = cudaStreamBeginCapture(cuda_impl_of(be)->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) return qlt_fail("CUDA graph capture could not start: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+static int cuda_capture_end(qlt_backend *be, void **graph) {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaStreamEndCapture(cuda_impl_of(be)->stream, &g);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return qlt_fail("CUDA graph capture of the training step failed (%s): set train.cuda_graph=false",
+                        cudaGetErrorString(e));
+    }
+    *graph = exec;
+    return 0;
+}
+
+static int cuda_graph_launch(qlt_backend *be, void *graph) {
+    cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, cuda_impl_of(be)->stream);
+    if (e != cudaSuccess) return qlt_fail("CUDA graph launch failed: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+static void cuda_graph_free(qlt_backend *be, void *graph) {
+    if (graph) CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+}
+
 static void cuda_destroy(qlt_backend *be) {
     if (!be) return;
     cuda_backend_box *box = (cuda_backend_box *)be->impl;
@@ -107,6 +172,8 @@ static void cuda_destroy(qlt_backend *be) {
     cudaFree(impl->partials);
     cudaFree(impl->amax);
     cudaFree(impl->dequant);
+    for (int i = 0; i < QLT_BACKEND_EVENTS; i++)
+        if (impl->marks[i]) cudaEventDestroy(impl->marks[i]);
     if (impl->events) {
         for (int i = 0; i < QLT_CUDA_PROFILE_EVENTS; i++) cudaEventDestroy(impl->events[i]);
         free(impl->events);
@@ -315,6 +382,18 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->peak_bytes = cuda_peak_bytes;
     be->available_bytes = cuda_available_bytes;
     be->gemm_peak_tflops = cuda_gemm_peak_tflops;
+    be->host_alloc = cuda_host_alloc;
+    be->host_free = cuda_host_free;
+    be->upload_async = cuda_upload_async;
+    be->download_async = cuda_download_async;
+    be->event_record = cuda_event_record;
+    be->event_wait = cuda_event_wait;
+    be->capture_begin = cuda_capture_begin;
+    be->capture_end = cuda_capture_end;
+    be->graph_launch = cuda_graph_launch;
+    be->graph_free = cuda_graph_free;
+    for (int i = 0; i < QLT_BACKEND_EVENTS; i++)
+        CUDA_CHECK(cudaEventCreateWithFlags(&impl->marks[i], cudaEventDisableTiming));
     be->zero = qlt_cuda_zero;
     be->embed = qlt_cuda_embed;
     be->rmsnorm_fwd = qlt_cuda_rmsnorm_fwd;

@@ -76,6 +76,7 @@ typedef struct cuda_impl {
     qlt_phase *event_phase; /* phase that starts at events[i] */
     int n_events;
     double phase_ms[QLT_PHASE_COUNT];
+    cudaEvent_t marks[QLT_BACKEND_EVENTS]; /* event_record / event_wait */
 } cuda_impl;
 
 #define QLT_CUDA_PROFILE_EVENTS 8192

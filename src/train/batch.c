@@ -9,10 +9,12 @@
 int qlt_batch_buffers_init(qlt_batch_buffers *bb, qlt_backend *be, int batch, int seq) {
     memset(bb, 0, sizeof *bb);
     size_t n = (size_t)batch * (size_t)seq;
-    bb->host = qlt_xmalloc(4 * n * sizeof(int32_t));
+    bb->host = be->host_alloc ? be->host_alloc(be, 4 * n * sizeof(int32_t)) : NULL;
+    bb->pinned = bb->host != NULL;
+    if (!bb->host) bb->host = qlt_xmalloc(4 * n * sizeof(int32_t));
     bb->device = be->alloc(be, 4 * n * sizeof(int32_t));
     if (!bb->device) {
-        free(bb->host);
+        qlt_batch_buffers_free(bb, be);
         return qlt_fail("out of %s memory for a %d x %d batch", be->name, batch, seq);
     }
     bb->dev.batch = batch;
@@ -26,7 +28,8 @@ int qlt_batch_buffers_init(qlt_batch_buffers *bb, qlt_backend *be, int batch, in
 
 void qlt_batch_buffers_free(qlt_batch_buffers *bb, qlt_backend *be) {
     if (bb->device) be->free(be, bb->device);
-    free(bb->host);
+    if (bb->pinned) be->host_free(be, bb->host);
+    else free(bb->host);
     memset(bb, 0, sizeof *bb);
 }
 
@@ -37,8 +40,7 @@ int64_t qlt_batch_count_targets(const int32_t *labels, int batch, int seq) {
     return count;
 }
 
-int64_t qlt_batch_upload(qlt_batch_buffers *bb, qlt_backend *be, const int32_t *ids, const int32_t *labels,
-                         const int32_t *seg_start) {
+int64_t qlt_batch_stage(qlt_batch_buffers *bb, const int32_t *ids, const int32_t *labels, const int32_t *seg_start) {
     int batch = bb->dev.batch, seq = bb->dev.seq;
     size_t n = (size_t)batch * (size_t)seq;
     int32_t *h_ids = bb->host, *h_tgt = bb->host + n, *h_pos = bb->host + 2 * n, *h_seg = bb->host + 3 * n;
@@ -54,6 +56,22 @@ int64_t qlt_batch_upload(qlt_batch_buffers *bb, qlt_backend *be, const int32_t *
             h_pos[t] = s - h_seg[t];
         }
     }
-    be->upload(be, bb->device, bb->host, 4 * n * sizeof(int32_t));
+    return count;
+}
+
+void qlt_batch_send(qlt_batch_buffers *bb, qlt_backend *be, int async) {
+    size_t bytes = 4 * (size_t)bb->dev.batch * (size_t)bb->dev.seq * sizeof(int32_t);
+    if (async) {
+        QLT_ASSERT(bb->pinned && be->upload_async);
+        be->upload_async(be, bb->device, bb->host, bytes);
+    } else {
+        be->upload(be, bb->device, bb->host, bytes);
+    }
+}
+
+int64_t qlt_batch_upload(qlt_batch_buffers *bb, qlt_backend *be, const int32_t *ids, const int32_t *labels,
+                         const int32_t *seg_start) {
+    int64_t count = qlt_batch_stage(bb, ids, labels, seg_start);
+    qlt_batch_send(bb, be, 0);
     return count;
 }

@@ -10,14 +10,20 @@
 
 typedef struct qlt_batch_buffers {
     qlt_batch_dev dev;
-    int32_t *host;   /* staging: 4 * batch * seq (ids, targets, positions, seg_start) */
+    int32_t *host;   /* staging: 4 * batch * seq (ids, targets, positions, seg_start); pinned when the
+                        backend has host_alloc, so it can be sent asynchronously */
+    int pinned;
     int32_t *device; /* one backend allocation holding the four arrays */
 } qlt_batch_buffers;
 
 int qlt_batch_buffers_init(qlt_batch_buffers *bb, qlt_backend *be, int batch, int seq);
 void qlt_batch_buffers_free(qlt_batch_buffers *bb, qlt_backend *be);
-/* Fills and uploads from host rows: ids/labels/seg_start [batch, seq] (seg_start NULL = one example per row).
- * Returns the number of counted targets (labels != -100 after the shift). */
+/* Fills the host staging from rows: ids/labels/seg_start [batch, seq] (seg_start NULL = one example per
+ * row). Returns the number of counted targets (labels != -100 after the shift). */
+int64_t qlt_batch_stage(qlt_batch_buffers *bb, const int32_t *ids, const int32_t *labels, const int32_t *seg_start);
+/* Sends the staging to the backend: synchronously, or stream-ordered (async, pinned staging required). */
+void qlt_batch_send(qlt_batch_buffers *bb, qlt_backend *be, int async);
+/* stage + synchronous send */
 int64_t qlt_batch_upload(qlt_batch_buffers *bb, qlt_backend *be, const int32_t *ids, const int32_t *labels,
                          const int32_t *seg_start);
 /* Counts targets of host rows without uploading (for the step's loss normalizer). */

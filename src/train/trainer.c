@@ -20,6 +20,12 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* An environment switch: set and not "0". */
+static int getenv_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && v[0] && strcmp(v, "0") != 0;
+}
+
 static uint64_t mix64(uint64_t a, uint64_t b) {
     uint64_t z = a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -107,7 +113,7 @@ static size_t plan_pass(qlt_trainer *t, int checkpointing) {
     qlt_forward_opts o = {.lora = t->has_lora ? &t->lora : NULL, .train = t->has_lora,
                           .dropout_seed = t->dropout_seeds, .scalars = t->scalars, .loss_scratch = t->loss_scratch,
                           .recompute = checkpointing ? &t->recompute : NULL};
-    qlt_forward(&t->graph, &t->model, &t->bb.dev, &o);
+    qlt_forward(&t->graph, &t->model, &t->bbs[0].dev, &o);
     if (o.train) qlt_graph_backward(&t->graph);
     return t->graph.arena_peak + t->recompute.arena_peak;
 }
@@ -147,7 +153,24 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     }
     if (load_model_and_adapter(t, mode) != 0) goto fail;
     if (load_datasets(t, mode) != 0) goto fail;
-    if (qlt_batch_buffers_init(&t->bb, t->be, t->micro_batch, t->seq) != 0) goto fail;
+    /* graphs: every micro-batch of a step has its own buffers (the captured step reads fixed addresses) */
+    t->graph_mode = mode == QLT_TRAINER_TRAIN && (cfg->train.cuda_graph || getenv_flag("CUDA_GRAPH"));
+    if (t->graph_mode && !t->be->capture_begin) {
+        fprintf(stderr, "qlora-train: the %s backend has no graphs: train.cuda_graph ignored\n", t->be->name);
+        t->graph_mode = 0;
+    }
+    t->n_bbs = t->graph_mode ? t->grad_accum : 1;
+    t->bbs = qlt_xcalloc((size_t)t->n_bbs, sizeof *t->bbs);
+    for (int i = 0; i < t->n_bbs; i++)
+        if (qlt_batch_buffers_init(&t->bbs[i], t->be, t->micro_batch, t->seq) != 0) goto fail;
+    if (t->graph_mode) {
+        t->pinned = t->be->host_alloc(t->be, sizeof *t->pinned);
+        t->pinned_seeds = t->be->host_alloc(t->be, sizeof(uint64_t) * (size_t)t->grad_accum);
+        if (!t->pinned || !t->pinned_seeds) {
+            qlt_fail("cannot allocate pinned host memory for CUDA graphs (set train.cuda_graph=false)");
+            goto fail;
+        }
+    }
     size_t stage = sizeof(int32_t) * (size_t)t->micro_batch * (size_t)t->seq;
     t->stage_ids = qlt_xmalloc(stage);
     t->stage_labels = qlt_xmalloc(stage);
@@ -207,24 +230,21 @@ static void stage_rows(qlt_trainer *t, const qlt_dataset *ds, const int64_t *ord
     }
 }
 
-int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *out) {
+/* The host side of step t->step: epoch rollover, the loss normalizer over every counted token of the
+ * step (across micro-batches), the optimizer scalars and the dropout seeds (into t->stage_seeds). */
+static void prepare_step(qlt_trainer *t, qlt_optim_scalars *s, int64_t *counted_out) {
     const qlt_config *cfg = t->cfg;
-    qlt_backend *be = t->be;
-    double t0 = now_seconds();
     int64_t rows_per_step = (int64_t)t->micro_batch * t->grad_accum;
     if (t->cursor + rows_per_step > t->train.n_rows) { /* epoch done: drop the remainder, reshuffle */
         t->epoch++;
         t->cursor = 0;
         make_epoch_order(t);
     }
-    /* the loss is the mean over every counted token of the step, across micro-batches */
     int64_t counted = 0;
     for (int64_t i = 0; i < rows_per_step; i++)
         counted += qlt_batch_count_targets(t->train.labels + (size_t)t->order[t->cursor + i] * t->seq, 1, t->seq);
-    float grad_scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
-
     int64_t k = t->step + 1; /* Adam's step count after this update */
-    qlt_optim_scalars s = {
+    *s = (qlt_optim_scalars){
         .lr = (float)qlt_schedule_lr(&t->schedule, t->step),
         .beta1 = cfg->train.betas[0],
         .beta2 = cfg->train.betas[1],
@@ -233,43 +253,136 @@ int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *out) {
         .bias_correction1 = (float)(1.0 - pow((double)cfg->train.betas[0], (double)k)),
         .bias_correction2 = (float)(1.0 - pow((double)cfg->train.betas[1], (double)k)),
         .max_grad_norm = cfg->train.max_grad_norm,
-        .grad_scale = grad_scale,
+        .grad_scale = counted > 0 ? 1.0f / (float)counted : 0.0f,
     };
-    be->upload(be, t->scalars, &s, sizeof s);
     for (int micro = 0; micro < t->grad_accum; micro++)
         t->stage_seeds[micro] = mix64(cfg->train.seed, (uint64_t)(t->step * t->grad_accum + micro));
-    be->upload(be, t->dropout_seeds, t->stage_seeds, sizeof(uint64_t) * (size_t)t->grad_accum);
+    *counted_out = counted;
+}
+
+/* The device work of one step: zero the LoRA gradients, forward + backward of every micro-batch, the
+ * global gradient norm and AdamW. With `staged`, micro-batch i reads batch buffer i (already sent);
+ * otherwise each micro-batch is staged and sent into buffer 0 first (eager). */
+static void enqueue_step_body(qlt_trainer *t, int staged) {
+    qlt_backend *be = t->be;
     be->zero(be, t->lora.grads, sizeof(float) * (size_t)t->lora.n_params);
     for (int micro = 0; micro < t->grad_accum; micro++) {
-        if (be->phase) be->phase(be, QLT_PHASE_OTHER);
-        stage_rows(t, &t->train, t->order, t->cursor + (int64_t)micro * t->micro_batch);
-        qlt_batch_upload(&t->bb, be, t->stage_ids, t->stage_labels, t->stage_seg);
+        qlt_batch_buffers *bb = &t->bbs[staged ? micro : 0];
+        if (!staged) {
+            if (be->phase) be->phase(be, QLT_PHASE_OTHER);
+            stage_rows(t, &t->train, t->order, t->cursor + (int64_t)micro * t->micro_batch);
+            qlt_batch_upload(bb, be, t->stage_ids, t->stage_labels, t->stage_seg);
+        }
         qlt_forward_opts o = {.lora = &t->lora, .train = 1, .dropout_seed = t->dropout_seeds + micro,
                               .scalars = t->scalars, .loss_scratch = t->loss_scratch,
                               .recompute = t->checkpointing ? &t->recompute : NULL};
         qlt_graph_begin(&t->graph, 0);
-        qlt_forward(&t->graph, &t->model, &t->bb.dev, &o);
+        qlt_forward(&t->graph, &t->model, &bb->dev, &o);
         qlt_graph_backward(&t->graph);
     }
     if (be->phase) be->phase(be, QLT_PHASE_OPTIMIZER);
     be->grad_norm_sq(be, t->scalars, t->lora.grads, t->lora.n_params);
     be->adamw(be, t->lora.params, t->lora.grads, t->lora.m, t->lora.v, t->lora.n_params, t->scalars);
     if (be->phase) be->phase(be, QLT_PHASE_OTHER);
-    be->download(be, &s, t->scalars, sizeof s);
-    t->cursor += rows_per_step;
-    t->step++;
-    int64_t tokens = rows_per_step * t->seq;
-    t->tokens_seen += tokens;
-    out->loss = counted > 0 ? s.loss_sum / (double)counted : 0.0;
-    out->grad_norm = sqrt((double)s.grad_norm_sq);
-    out->lr = s.lr;
-    out->tokens = tokens;
-    out->counted = counted;
-    out->seconds = now_seconds() - t0;
+}
+
+/* Fills *out from the scalars a step left and the host-side facts recorded when it was enqueued. */
+static int fill_metrics(qlt_step_metrics *out, const qlt_optim_scalars *s, const qlt_step_metrics *rec) {
+    *out = *rec;
+    out->loss = rec->counted > 0 ? s->loss_sum / (double)rec->counted : 0.0;
+    out->grad_norm = sqrt((double)s->grad_norm_sq);
+    out->valid = 1;
     if (!isfinite(out->loss))
         return qlt_fail("step %lld: the loss is %g (diverged): lower train.lr or set train.max_grad_norm",
-                        (long long)t->step, out->loss);
+                        (long long)out->step, out->loss);
     return 0;
+}
+
+/* What the host knows of step t->step when it is enqueued (the device fills loss and norm). */
+static qlt_step_metrics step_record(const qlt_trainer *t, const qlt_optim_scalars *s, int64_t counted) {
+    qlt_step_metrics r = {0};
+    r.step = t->step + 1;
+    r.lr = s->lr;
+    r.tokens = (int64_t)t->micro_batch * t->grad_accum * t->seq;
+    r.counted = counted;
+    r.tokens_seen = t->tokens_seen + r.tokens;
+    r.epoch = (double)t->epoch + (double)(t->cursor + (int64_t)t->micro_batch * t->grad_accum) / (double)t->train.n_rows;
+    return r;
+}
+
+/* Graph mode: every per-step value is sent (asynchronously, from pinned memory) before the replay of the
+ * step captured once; the step's scalars come back asynchronously and are read one step later, so the
+ * host never waits inside a step and always has the next step queued behind the running one. */
+static int graph_step(qlt_trainer *t, qlt_step_metrics *out) {
+    qlt_backend *be = t->be;
+    qlt_optim_scalars s;
+    int64_t counted;
+    if (t->step_in_flight) be->event_wait(be, QLT_EVENT_SENT); /* staging buffers free again */
+    prepare_step(t, &s, &counted);
+    for (int micro = 0; micro < t->grad_accum; micro++) {
+        stage_rows(t, &t->train, t->order, t->cursor + (int64_t)micro * t->micro_batch);
+        qlt_batch_stage(&t->bbs[micro], t->stage_ids, t->stage_labels, t->stage_seg);
+        qlt_batch_send(&t->bbs[micro], be, 1);
+    }
+    t->pinned->send = s;
+    memcpy(t->pinned_seeds, t->stage_seeds, sizeof(uint64_t) * (size_t)t->grad_accum);
+    be->upload_async(be, t->scalars, &t->pinned->send, sizeof s);
+    be->upload_async(be, t->dropout_seeds, t->pinned_seeds, sizeof(uint64_t) * (size_t)t->grad_accum);
+    be->event_record(be, QLT_EVENT_SENT);
+    if (!t->step_graph) { /* the first step is captured, then replayed like every later one */
+        QLT_TRY(be->capture_begin(be));
+        enqueue_step_body(t, 1);
+        QLT_TRY(be->capture_end(be, &t->step_graph));
+    }
+    QLT_TRY(be->graph_launch(be, t->step_graph));
+    int slot = (int)(t->step % 2);
+    be->download_async(be, &t->pinned->back[slot], t->scalars, sizeof s);
+    be->event_record(be, QLT_EVENT_DONE0 + slot);
+    t->in_flight[slot] = step_record(t, &s, counted);
+    t->in_flight[slot].seconds = now_seconds();
+    t->cursor += (int64_t)t->micro_batch * t->grad_accum;
+    t->tokens_seen += t->in_flight[slot].tokens;
+    t->step++;
+    out->valid = 0;
+    int had_previous = t->step_in_flight;
+    t->step_in_flight = 1;
+    if (!had_previous) return 0;
+    return qlt_trainer_flush_previous(t, out, 1 - slot);
+}
+
+int qlt_trainer_flush_previous(qlt_trainer *t, qlt_step_metrics *out, int slot) {
+    t->be->event_wait(t->be, QLT_EVENT_DONE0 + slot);
+    double done = now_seconds();
+    qlt_step_metrics rec = t->in_flight[slot];
+    rec.seconds = done - (t->last_done > rec.seconds ? t->last_done : rec.seconds);
+    t->last_done = done;
+    return fill_metrics(out, &t->pinned->back[slot], &rec);
+}
+
+int qlt_trainer_flush(qlt_trainer *t, qlt_step_metrics *out) {
+    out->valid = 0;
+    if (!t->step_graph || !t->step_in_flight) return 0;
+    t->step_in_flight = 0;
+    return qlt_trainer_flush_previous(t, out, (int)((t->step - 1) % 2));
+}
+
+int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *out) {
+    if (t->graph_mode) return graph_step(t, out);
+    qlt_backend *be = t->be;
+    double t0 = now_seconds();
+    qlt_optim_scalars s;
+    int64_t counted;
+    prepare_step(t, &s, &counted);
+    be->upload(be, t->scalars, &s, sizeof s);
+    be->upload(be, t->dropout_seeds, t->stage_seeds, sizeof(uint64_t) * (size_t)t->grad_accum);
+    enqueue_step_body(t, 0);
+    qlt_step_metrics rec = step_record(t, &s, counted);
+    be->download(be, &s, t->scalars, sizeof s);
+    t->cursor += (int64_t)t->micro_batch * t->grad_accum;
+    t->tokens_seen = rec.tokens_seen;
+    t->step++;
+    rec.seconds = now_seconds() - t0;
+    return fill_metrics(out, &s, &rec);
 }
 
 int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, int64_t *counted_out) {
@@ -279,11 +392,11 @@ int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, in
     int64_t counted = 0;
     for (int64_t first = 0; first < ds->n_rows; first += t->micro_batch) {
         stage_rows(t, ds, NULL, first);
-        counted += qlt_batch_upload(&t->bb, be, t->stage_ids, t->stage_labels, t->stage_seg);
+        counted += qlt_batch_upload(&t->bbs[0], be, t->stage_ids, t->stage_labels, t->stage_seg);
         qlt_forward_opts o = {.lora = t->has_lora ? &t->lora : NULL, .train = 0, .scalars = t->scalars,
                               .loss_scratch = t->loss_scratch, .recompute = t->checkpointing ? &t->recompute : NULL};
         qlt_graph_begin(&t->graph, 0);
-        qlt_forward(&t->graph, &t->model, &t->bb.dev, &o);
+        qlt_forward(&t->graph, &t->model, &t->bbs[0].dev, &o);
     }
     be->download(be, &s, t->scalars, sizeof s);
     if (counted == 0) return qlt_fail("evaluation data has no tokens with labels (every label is -100)");
@@ -298,14 +411,20 @@ static char *checkpoint_dir(const qlt_trainer *t, int64_t step) {
     return qlt_path_join(t->cfg->output.dir, name);
 }
 
-static void log_metrics(FILE *f, const qlt_trainer *t, const qlt_step_metrics *m) {
-    double epoch = (double)t->epoch + (double)t->cursor / (double)t->train.n_rows;
+/* One metrics.jsonl line (and, every train.log_every steps, a stderr line) for a finished step. */
+static void report_step(FILE *f, const qlt_trainer *t, const qlt_step_metrics *m) {
+    if (!m->valid) return;
+    double tokens_per_s = m->seconds > 0 ? (double)m->tokens / m->seconds : 0.0;
     fprintf(f,
             "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"tokens\": %lld, "
             "\"tokens_per_s\": %.1f, \"counted_tokens\": %lld, \"epoch\": %.4f, \"step_time_s\": %.4f}\n",
-            (long long)t->step, m->loss, m->grad_norm, m->lr, (long long)t->tokens_seen,
-            m->seconds > 0 ? (double)m->tokens / m->seconds : 0.0, (long long)m->counted, epoch, m->seconds);
+            (long long)m->step, m->loss, m->grad_norm, m->lr, (long long)m->tokens_seen, tokens_per_s,
+            (long long)m->counted, m->epoch, m->seconds);
     fflush(f);
+    int every = t->cfg->train.log_every;
+    if (every > 0 && (m->step % every == 0 || m->step == t->total_steps))
+        fprintf(stderr, "step %lld/%lld  loss %.4f  grad_norm %.4f  lr %.3g  %.0f tokens/s\n", (long long)m->step,
+                (long long)t->total_steps, m->loss, m->grad_norm, m->lr, tokens_per_s);
 }
 
 static int run_eval_and_log(qlt_trainer *t, FILE *metrics) {
@@ -377,23 +496,28 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
     fprintf(stderr, "qlora-train: %s backend, %lld trainable parameters, %lld rows of %d tokens, %lld steps\n",
             t->be->name, (long long)t->lora.n_params, (long long)t->train.n_rows, t->seq, (long long)t->total_steps);
     int rc = 0;
+    qlt_step_metrics m;
     while (t->step < t->total_steps && rc == 0) {
-        qlt_step_metrics m;
         rc = qlt_trainer_step(t, &m);
         if (rc != 0) break;
-        log_metrics(metrics, t, &m);
-        if (cfg->train.log_every > 0 && (t->step % cfg->train.log_every == 0 || t->step == t->total_steps))
-            fprintf(stderr, "step %lld/%lld  loss %.4f  grad_norm %.4f  lr %.3g  %.0f tokens/s\n", (long long)t->step,
-                    (long long)t->total_steps, m.loss, m.grad_norm, m.lr,
-                    m.seconds > 0 ? (double)m.tokens / m.seconds : 0.0);
-        if (t->eval.n_rows > 0 && cfg->train.eval_every > 0 && t->step % cfg->train.eval_every == 0)
-            rc = run_eval_and_log(t, metrics);
-        if (rc == 0 && cfg->output.save_every > 0 && t->step % cfg->output.save_every == 0) {
+        report_step(metrics, t, &m);
+        int want_eval = t->eval.n_rows > 0 && cfg->train.eval_every > 0 && t->step % cfg->train.eval_every == 0;
+        int want_save = cfg->output.save_every > 0 && t->step % cfg->output.save_every == 0;
+        if (want_eval || want_save) { /* graph mode: the step's own metrics first */
+            rc = qlt_trainer_flush(t, &m);
+            report_step(metrics, t, &m);
+        }
+        if (rc == 0 && want_eval) rc = run_eval_and_log(t, metrics);
+        if (rc == 0 && want_save) {
             char *dir = checkpoint_dir(t, t->step);
             rc = qlt_checkpoint_save(t, dir);
             free(dir);
             if (rc == 0) rc = qlt_checkpoint_prune(cfg->output.dir, cfg->output.keep_last);
         }
+    }
+    if (rc == 0) {
+        rc = qlt_trainer_flush(t, &m);
+        report_step(metrics, t, &m);
     }
     if (rc == 0 && t->eval.n_rows > 0 && !(cfg->train.eval_every > 0 && t->step % cfg->train.eval_every == 0))
         rc = run_eval_and_log(t, metrics);
@@ -411,7 +535,10 @@ void qlt_trainer_free(qlt_trainer *t) {
     if (be) {
         qlt_graph_free(&t->graph);
         qlt_graph_free(&t->recompute);
-        qlt_batch_buffers_free(&t->bb, be);
+        for (int i = 0; i < t->n_bbs; i++) qlt_batch_buffers_free(&t->bbs[i], be);
+        if (t->step_graph) be->graph_free(be, t->step_graph);
+        if (t->pinned) be->host_free(be, t->pinned);
+        if (t->pinned_seeds) be->host_free(be, t->pinned_seeds);
         if (t->scalars) be->free(be, t->scalars);
         if (t->dropout_seeds) be->free(be, t->dropout_seeds);
         if (t->loss_scratch) be->free(be, t->loss_scratch);
@@ -424,6 +551,7 @@ void qlt_trainer_free(qlt_trainer *t) {
     free(t->stage_labels);
     free(t->stage_seg);
     free(t->stage_seeds);
+    free(t->bbs);
     free(t->order);
     if (be) be->destroy(be);
     memset(t, 0, sizeof *t);

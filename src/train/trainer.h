@@ -16,6 +16,27 @@
 #include "optim/schedule.h"
 #include "train/batch.h"
 
+typedef struct qlt_step_metrics {
+    int valid;        /* 0: no step finished yet (graph mode reports each step one call later) */
+    int64_t step;     /* the optimizer step these numbers belong to (1-based) */
+    double loss;      /* mean over counted tokens of the step */
+    double grad_norm; /* before clipping */
+    double lr;
+    int64_t tokens;   /* token positions processed by the step (micro_batch * seq * grad_accum) */
+    int64_t counted;  /* tokens that carried a loss */
+    int64_t tokens_seen; /* after this step */
+    double epoch;     /* fractional epoch after this step */
+    double seconds;   /* wall time of the step (graph mode: between consecutive completions) */
+} qlt_step_metrics;
+
+/* CUDA graph mode's pinned host copies of the optimizer scalars. */
+typedef struct qlt_pinned_scalars {
+    qlt_optim_scalars send;    /* the next step's scalars, sent before its replay */
+    qlt_optim_scalars back[2]; /* what the last two steps left (loss, gradient norm) */
+} qlt_pinned_scalars;
+
+enum { QLT_EVENT_SENT = 0, QLT_EVENT_DONE0 = 1 /* and 2 */ };
+
 typedef struct qlt_trainer {
     const qlt_config *cfg;
     qlt_backend *be;
@@ -28,7 +49,8 @@ typedef struct qlt_trainer {
     qlt_graph graph;
     qlt_graph recompute;     /* gradient checkpointing: one layer's activations at a time */
     int checkpointing;       /* train.grad_checkpoint resolved: 1 = layer */
-    qlt_batch_buffers bb;
+    qlt_batch_buffers *bbs;     /* [n_bbs]: one per micro-batch in graph mode, else one */
+    int n_bbs;
     qlt_optim_scalars *scalars; /* backend memory */
     uint64_t *dropout_seeds;    /* backend memory [grad_accum]: one seed per micro-batch of a step */
     void *loss_scratch;         /* backend memory */
@@ -43,23 +65,28 @@ typedef struct qlt_trainer {
     int64_t cursor;          /* next position in the epoch's row order */
     int64_t tokens_seen;
     int64_t *order;          /* [train.n_rows] row order of the current epoch */
+    /* CUDA graph mode (train.cuda_graph or CUDA_GRAPH=1) */
+    int graph_mode;
+    void *step_graph;        /* the captured step, replayed every step */
+    qlt_pinned_scalars *pinned;
+    uint64_t *pinned_seeds;  /* [grad_accum] */
+    int step_in_flight;      /* a step's metrics are still to be read */
+    qlt_step_metrics in_flight[2];
+    double last_done;
 } qlt_trainer;
 
-typedef struct qlt_step_metrics {
-    double loss;      /* mean over counted tokens of the step */
-    double grad_norm; /* before clipping */
-    double lr;
-    int64_t tokens;   /* token positions processed by the step (micro_batch * seq * grad_accum) */
-    int64_t counted;  /* tokens that carried a loss */
-    double seconds;
-} qlt_step_metrics;
+
 
 /* What to set up: training (model + adapter + optimizer + datasets) or evaluation only. */
 typedef enum qlt_trainer_mode { QLT_TRAINER_TRAIN = 0, QLT_TRAINER_EVAL } qlt_trainer_mode;
 
 int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mode);
-/* One optimizer step over grad_accum micro-batches. */
+/* One optimizer step over grad_accum micro-batches. Eager: *m holds its metrics. Graph mode: the step is
+ * enqueued and *m holds the previous step's metrics (m->valid 0 after the first step). */
 int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *m);
+/* Graph mode: waits for the last enqueued step and returns its metrics (m->valid 0 when none). */
+int qlt_trainer_flush(qlt_trainer *t, qlt_step_metrics *m);
+int qlt_trainer_flush_previous(qlt_trainer *t, qlt_step_metrics *m, int slot);
 /* Mean loss over every counted token of ds (no gradients). */
 int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, int64_t *counted);
 /* The whole run: resume (NULL, "auto" or a dir), steps, metrics, checkpoints, final adapter. */
