@@ -5,6 +5,9 @@
  * and the GPU checks would catch it). */
 #include "cpu/nf4.h"
 
+#include <pthread.h>
+#include <zlib.h>
+
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -39,30 +42,36 @@ static inline float ftz(float x) {
 static inline float mul_ftz(float a, float b) { return ftz(ftz(a) * ftz(b)); }
 static inline float absmax_step(float m, float x) { return fmaxf(m, ftz(fabsf(x))); }
 
-/* Exceptions of the GPU's rcp.approx.ftz.f32 to correct rounding, by input mantissa (nf4_rcp_table.c). */
-extern const uint32_t qlt_nf4_rcp_exceptions[];
-extern const int qlt_nf4_rcp_n_exceptions;
+/* Where the GPU's rcp.approx.ftz.f32 differs from correct rounding: a 2-bit code per input mantissa,
+ * zlib-compressed in nf4_rcp_table.c, inflated once (thread-safe) on first use. */
+extern const size_t qlt_nf4_rcp_map_bytes, qlt_nf4_rcp_map_z_len;
+extern const unsigned char qlt_nf4_rcp_map_z[];
 
-static int cmp_u32_mantissa(const void *key, const void *elem) {
-    uint32_t k = *(const uint32_t *)key, e = *(const uint32_t *)elem >> 8;
-    return (k > e) - (k < e);
+static uint8_t *rcp_map;
+static pthread_once_t rcp_map_once = PTHREAD_ONCE_INIT;
+
+static void rcp_map_inflate(void) {
+    uLongf len = (uLongf)qlt_nf4_rcp_map_bytes;
+    uint8_t *map = qlt_xmalloc(qlt_nf4_rcp_map_bytes);
+    QLT_ASSERT(uncompress(map, &len, qlt_nf4_rcp_map_z, (uLong)qlt_nf4_rcp_map_z_len) == Z_OK &&
+               len == (uLongf)qlt_nf4_rcp_map_bytes);
+    rcp_map = map;
 }
 
 float qlt_nf4_bnb_rcp(float a) {
     a = ftz(a);
     if (a == 0.0f) return copysignf(INFINITY, a);
     float r = 1.0f / a;
-    if (qlt_nf4_rcp_n_exceptions > 0 && isfinite(a) && r != 0.0f) {
+    if (isfinite(a) && r != 0.0f) {
+        pthread_once(&rcp_map_once, rcp_map_inflate);
         uint32_t bits;
         memcpy(&bits, &a, 4);
         uint32_t mant = bits & 0x7fffffu;
-        const uint32_t *hit = bsearch(&mant, qlt_nf4_rcp_exceptions, (size_t)qlt_nf4_rcp_n_exceptions,
-                                      sizeof(uint32_t), cmp_u32_mantissa);
-        if (hit) {
-            int8_t delta = (int8_t)(*hit & 0xffu);
+        int code = (rcp_map[mant >> 2] >> ((mant & 3) * 2)) & 3;
+        if (code) {
             uint32_t rb;
             memcpy(&rb, &r, 4);
-            rb = (uint32_t)((int64_t)rb + delta); /* same sign: the magnitude moves by delta ulps */
+            rb = code == 1 ? rb + 1 : rb - 1; /* same sign: the magnitude moves by one ulp */
             memcpy(&r, &rb, 4);
         }
     }

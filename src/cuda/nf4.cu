@@ -192,7 +192,7 @@ static __global__ void nf4_nested_kernel(const float *__restrict__ absmax, int64
     if (lane == 0) nested_absmax[b] = m;
 }
 
-/* ---- dequantize: one thread per 8 values (4 code bytes: one 4-byte load, one 16-byte store) ---- */
+/* ---- dequantize: 8 values a chunk (4 code bytes: one 4-byte load, one 16-byte store), 2 chunks a thread ---- */
 
 __constant__ float nf4_codebook_const[16] = {
     -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,
@@ -245,19 +245,12 @@ static __device__ __forceinline__ void store1(float *out, float v) { *out = v; }
 static __device__ __forceinline__ void store1(__nv_bfloat16 *out, float v) { *out = __float2bfloat16_rn(v); }
 static __device__ __forceinline__ void store1(__half *out, float v) { *out = __float2half_rn(v); }
 
+/* Chunk c (values [8c, 8c+8)) of the output, the code bytes [4c, 4c+4). */
 template <typename T, bool NESTED>
-static __global__ void __launch_bounds__(256) nf4_dequantize_kernel(nf4_dq_args a, T *__restrict__ out) {
-    __shared__ float lut[16];
-    if (threadIdx.x < 16) lut[threadIdx.x] = nf4_codebook_const[threadIdx.x];
-    __syncthreads();
-    /* thread t: code bytes [4t, 4t+4) -> values [8t, 8t+8): a warp reads 128 contiguous bytes and writes
-     * 512 (bf16 / fp16) contiguous bytes, each thread one 4-byte load and one 16-byte store */
-    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const int64_t e = t * 8;
-    if (e >= a.n) return;
-    const float s = block_scale<NESTED>(a, e >> a.log2_blocksize); /* 8 values never straddle a block */
+static __device__ __forceinline__ void dequantize_chunk(const nf4_dq_args &a, T *__restrict__ out, const float *lut,
+                                                        int64_t c, uint32_t w, float s) {
+    const int64_t e = c * 8;
     if (e + 8 <= a.n) {
-        const uint32_t w = __ldg(reinterpret_cast<const uint32_t *>(a.codes) + t);
         float v[8];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -272,6 +265,28 @@ static __global__ void __launch_bounds__(256) nf4_dequantize_kernel(nf4_dq_args 
             store1(out + i, mul_ftz(lut[(i & 1) ? (byte & 0x0f) : (byte >> 4)], s));
         }
     }
+}
+
+/* Thread t handles chunks t and t + T (T = threads in the grid): a warp reads 128 contiguous code bytes and
+ * writes 512 contiguous bf16 / fp16 bytes per chunk; both chunks' loads (codes and block scales) are issued
+ * before either is stored, so twice the bytes are in flight. 8 values never straddle a quantization block. */
+template <typename T, bool NESTED>
+static __global__ void __launch_bounds__(256) nf4_dequantize_kernel(nf4_dq_args a, T *__restrict__ out) {
+    __shared__ float lut[16];
+    if (threadIdx.x < 16) lut[threadIdx.x] = nf4_codebook_const[threadIdx.x];
+    __syncthreads();
+    const int64_t chunks = (a.n + 7) / 8;
+    const int64_t total = (int64_t)gridDim.x * blockDim.x;
+    const int64_t c0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, c1 = c0 + total;
+    const uint32_t *words = reinterpret_cast<const uint32_t *>(a.codes);
+    const bool has0 = c0 < chunks, has1 = c1 < chunks;
+    /* the last chunk may be partial: read it byte by byte in dequantize_chunk, not as a whole word */
+    uint32_t w0 = has0 && c0 * 8 + 8 <= a.n ? __ldg(words + c0) : 0u;
+    uint32_t w1 = has1 && c1 * 8 + 8 <= a.n ? __ldg(words + c1) : 0u;
+    float s0 = has0 ? block_scale<NESTED>(a, (c0 * 8) >> a.log2_blocksize) : 0.0f;
+    float s1 = has1 ? block_scale<NESTED>(a, (c1 * 8) >> a.log2_blocksize) : 0.0f;
+    if (has0) dequantize_chunk<T, NESTED>(a, out, lut, c0, w0, s0);
+    if (has1) dequantize_chunk<T, NESTED>(a, out, lut, c1, w1, s1);
 }
 
 /* Unaligned pointers: one thread per value. */
@@ -330,7 +345,7 @@ static int launch_dequantize(const nf4_dq_args &a, T *out, cudaStream_t stream) 
     const int block = 256;
     const bool aligned = ((uintptr_t)a.codes % 4 == 0) && ((uintptr_t)out % 16 == 0);
     if (aligned)
-        nf4_dequantize_kernel<T, NESTED><<<grid_for((a.n + 7) / 8, block), block, 0, stream>>>(a, out);
+        nf4_dequantize_kernel<T, NESTED><<<grid_for(((a.n + 7) / 8 + 1) / 2, block), block, 0, stream>>>(a, out);
     else
         nf4_dequantize_scalar_kernel<T, NESTED><<<grid_for(a.n, block), block, 0, stream>>>(a, out);
     NF4_CUDA_CHECK(cudaGetLastError());

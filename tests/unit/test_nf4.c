@@ -330,3 +330,23 @@ Test(nf4, bytes_and_blocksizes) {
     cr_assert_gt(qlt_nf4_max_gap(), 0.30f);
     cr_assert_lt(qlt_nf4_max_gap(), 0.31f);
 }
+
+/* The CPU emulation of the GPU's rcp.approx.ftz.f32 (nf4_rcp_table.c, measured on an H100): mantissa
+ * 0x0005a9 is one of its measured exceptions (one ulp below the correctly rounded reciprocal), mantissa 0
+ * (powers of two) is exact, and the exponent does not matter. */
+Test(nf4, rcp_emulation_table) {
+    for (int e = 100; e <= 140; e += 10) {
+        uint32_t bits = ((uint32_t)e << 23) | 0x0005a9u;
+        float x, ieee;
+        memcpy(&x, &bits, 4);
+        ieee = 1.0f / x;
+        uint32_t ib, gb;
+        float gpu = qlt_nf4_bnb_rcp(x);
+        memcpy(&ib, &ieee, 4);
+        memcpy(&gb, &gpu, 4);
+        cr_assert_eq(gb, ib - 1, "exponent %d: rcp bits %08x, correctly rounded %08x", e, gb, ib);
+        bits = (uint32_t)e << 23;
+        memcpy(&x, &bits, 4);
+        cr_assert_eq(qlt_nf4_bnb_rcp(x), 1.0f / x);
+    }
+}
