@@ -15,7 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "autograd/arena_plan.h"
 #include "common/backend.h"
+
+/* Plans of one graph (different op sequences sharing its arena): a training micro-step, a forward only. */
+enum { QLT_PLAN_TRAIN = 0, QLT_PLAN_EVAL = 1, QLT_GRAPH_PLANS = 2 };
 
 typedef struct qlt_value {
     void *data;     /* act elements [count] (backend memory) */
@@ -67,6 +71,11 @@ typedef struct qlt_node {
 struct qlt_graph {
     qlt_backend *be;
     int planning;        /* record and measure only; run nothing */
+    int reuse;           /* lifetime-planned arena (buffers with disjoint lifetimes share memory); 0: bump */
+    qlt_arena_plan plans[QLT_GRAPH_PLANS];
+    int plan_id;         /* the plan of the pass being recorded or run */
+    int alloc_index;     /* allocations made so far in this pass */
+    int64_t clock;       /* op counter of this pass (lifetimes are in these units) */
     char *arena;         /* backend memory */
     size_t arena_cap, arena_used, arena_peak;
     qlt_value *values;
@@ -77,11 +86,20 @@ struct qlt_graph {
     void *ckpt_grads[2]; /* gradient checkpointing: the two hidden-state gradient buffers layers take turns on */
 };
 
-void qlt_graph_init(qlt_graph *g, qlt_backend *be);
-/* Starts recording a step (planning = 1 for the measuring pass). */
+/* reuse = 1: lifetime-planned arena; 0: every allocation of a pass gets its own bytes (bump). */
+void qlt_graph_init(qlt_graph *g, qlt_backend *be, int reuse);
+/* Starts a pass of plan QLT_PLAN_TRAIN (planning = 1 for the measuring pass). */
 void qlt_graph_begin(qlt_graph *g, int planning);
-/* After a planning pass: allocates the arena for the measured peak. */
+void qlt_graph_begin_plan(qlt_graph *g, int planning, int plan_id);
+/* After a planning pass: packs the plan and grows the arena to fit it (never shrinks: plans share it). */
 int qlt_graph_commit_plan(qlt_graph *g);
+int qlt_graph_has_plan(const qlt_graph *g, int plan_id);
+/* During/after a planning pass: the arena bytes the pass needs (packed when lifetime-planned). */
+size_t qlt_graph_planned_bytes(qlt_graph *g);
+/* Lifetime bookkeeping while planning: every op calls qlt_graph_tick once, then touches each arena
+ * buffer it reads or writes (other pointers are ignored). No-ops outside planning. */
+void qlt_graph_tick(qlt_graph *g);
+void qlt_graph_touch(qlt_graph *g, const void *p);
 void qlt_graph_free(qlt_graph *g);
 
 /* Arena allocation (256-byte aligned); fake non-NULL addresses while planning. */

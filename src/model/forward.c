@@ -75,6 +75,9 @@ static void checkpoint_backward(qlt_graph *g, const qlt_node *node) {
     void *const *grad_buffers = node->u.custom.ctx[3];
     int l = node->u.custom.arg, h = node->in[0];
     qlt_graph *sub = opts->recompute;
+    qlt_graph_touch(g, g->values[h].data); /* read by the recomputation */
+    qlt_graph_touch(g, g->values[node->out].grad);
+    qlt_graph_touch(g, grad_buffers[l % 2]);
     int in, out = layer_on_recompute(g, m, b, opts, l, h, &in);
     sub->values[out].grad = g->values[node->out].grad;
     sub->values[out].grad_ready = 1;
@@ -92,6 +95,8 @@ int qlt_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *b, const 
     qlt_backend *be = g->be;
     int64_t n = (int64_t)b->batch * b->seq;
     int h = qlt_graph_value(g, NULL, n * c->hidden, 0);
+    qlt_graph_tick(g);
+    qlt_graph_touch(g, g->values[h].data);
     qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
     if (!g->planning) be->embed(be, g->values[h].data, b->input_ids, &m->embed, n);
     if (!opts->recompute) {
@@ -105,6 +110,8 @@ int qlt_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *b, const 
             int in;
             int sub_out = layer_on_recompute(g, m, b, opts, l, h, &in);
             int out = qlt_graph_value(g, NULL, n * c->hidden, g->values[h].needs_grad || opts->lora != NULL);
+            qlt_graph_tick(g);
+            qlt_graph_touch(g, g->values[out].data);
             qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
             if (!g->planning) be->copy(be, g->values[out].data, opts->recompute->values[sub_out].data, n * c->hidden);
             qlt_ag_custom(g, h, out, checkpoint_backward, m, b, opts, g->ckpt_grads, l);
@@ -118,6 +125,9 @@ int qlt_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *b, const 
             dx = qlt_graph_grad(g, hf);
             g->values[hf].grad_ready = 1;
         }
+        qlt_graph_tick(g);
+        qlt_graph_touch(g, g->values[hf].data);
+        qlt_graph_touch(g, dx);
         qlt_graph_phase(g, QLT_PHASE_LOSS);
         if (!g->planning)
             be->lm_head_loss(be, opts->scalars, dx, opts->loss_scratch, g->values[hf].data, &m->lm_head, b->targets, n);

@@ -102,31 +102,38 @@ static int load_datasets(qlt_trainer *t, qlt_trainer_mode mode) {
     return rc;
 }
 
-/* Records one planning pass of a training micro-step (the largest graph) with or without layer
- * checkpointing; returns the bytes it would need. */
-static size_t plan_pass(qlt_trainer *t, int checkpointing) {
-    qlt_graph_free(&t->graph);
-    qlt_graph_free(&t->recompute);
-    qlt_graph_init(&t->graph, t->be);
-    qlt_graph_init(&t->recompute, t->be);
-    qlt_graph_begin(&t->graph, 1);
-    qlt_forward_opts o = {.lora = t->has_lora ? &t->lora : NULL, .train = t->has_lora,
+/* Records the planning pass of plan_id (QLT_PLAN_TRAIN: forward + backward of a micro-batch;
+ * QLT_PLAN_EVAL: a forward) into the graphs, with or without layer checkpointing. */
+static void plan_pass(qlt_trainer *t, int checkpointing, int plan_id) {
+    qlt_graph_begin_plan(&t->graph, 1, plan_id);
+    qlt_forward_opts o = {.lora = t->has_lora ? &t->lora : NULL, .train = plan_id == QLT_PLAN_TRAIN && t->has_lora,
                           .dropout_seed = t->dropout_seeds, .scalars = t->scalars, .loss_scratch = t->loss_scratch,
                           .recompute = checkpointing ? &t->recompute : NULL};
     qlt_forward(&t->graph, &t->model, &t->bbs[0].dev, &o);
     if (o.train) qlt_graph_backward(&t->graph);
-    return t->graph.arena_peak + t->recompute.arena_peak;
 }
 
-/* Chooses checkpointing (train.grad_checkpoint: none | layer | auto) and allocates the arenas once. */
-static int plan_graph(qlt_trainer *t) {
-    const char *mode = t->cfg->train.grad_checkpoint;
-    int ckpt = strcmp(mode, "layer") == 0;
-    size_t need = plan_pass(t, ckpt);
-    if (strcmp(mode, "auto") == 0) {
+/* Activation bytes a training micro-step needs with or without checkpointing (nothing allocated). */
+static size_t measure_plan(qlt_trainer *t, int checkpointing, int plan_id) {
+    qlt_graph_free(&t->graph);
+    qlt_graph_free(&t->recompute);
+    qlt_graph_init(&t->graph, t->be, 1);     /* lifetime-planned: buffers share memory when they can */
+    qlt_graph_init(&t->recompute, t->be, 0); /* one layer at a time: simply bump-allocated */
+    plan_pass(t, checkpointing, plan_id);
+    return qlt_graph_planned_bytes(&t->graph) + t->recompute.arena_peak;
+}
+
+/* Chooses checkpointing (train.grad_checkpoint: none | layer | auto), plans every pass the trainer runs
+ * (training micro-step, evaluation forward) and allocates the arenas, all before the first step. */
+static int plan_graph(qlt_trainer *t, qlt_trainer_mode mode) {
+    const char *ckpt_mode = t->cfg->train.grad_checkpoint;
+    int ckpt = strcmp(ckpt_mode, "layer") == 0;
+    int first = mode == QLT_TRAINER_TRAIN ? QLT_PLAN_TRAIN : QLT_PLAN_EVAL;
+    size_t need = measure_plan(t, ckpt, first);
+    if (strcmp(ckpt_mode, "auto") == 0 && !ckpt) {
         size_t avail = t->be->available_bytes ? t->be->available_bytes(t->be) : 0;
         if (avail && need > avail / 10 * 9) { /* keep 10% for the libraries' workspaces */
-            size_t with = plan_pass(t, 1);
+            size_t with = measure_plan(t, 1, first);
             fprintf(stderr, "qlora-train: activations need %.2f GiB, %.2f GiB free: layer checkpointing (%.2f GiB)\n",
                     need / 1073741824.0, avail / 1073741824.0, with / 1073741824.0);
             ckpt = 1;
@@ -135,6 +142,11 @@ static int plan_graph(qlt_trainer *t) {
     t->checkpointing = ckpt;
     QLT_TRY(qlt_graph_commit_plan(&t->graph));
     if (ckpt) QLT_TRY(qlt_graph_commit_plan(&t->recompute));
+    if (first == QLT_PLAN_TRAIN) { /* evaluation during training: its own plan in the same arena */
+        plan_pass(t, ckpt, QLT_PLAN_EVAL);
+        QLT_TRY(qlt_graph_commit_plan(&t->graph));
+        if (ckpt) QLT_TRY(qlt_graph_commit_plan(&t->recompute));
+    }
     return 0;
 }
 
@@ -183,7 +195,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         qlt_fail("out of %s memory", t->be->name);
         goto fail;
     }
-    if (plan_graph(t) != 0) goto fail;
+    if (plan_graph(t, mode) != 0) goto fail;
     if (mode == QLT_TRAINER_TRAIN) {
         int64_t rows_per_step = (int64_t)t->micro_batch * t->grad_accum;
         if (t->train.n_rows < rows_per_step) {
@@ -395,7 +407,7 @@ int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, in
         counted += qlt_batch_upload(&t->bbs[0], be, t->stage_ids, t->stage_labels, t->stage_seg);
         qlt_forward_opts o = {.lora = t->has_lora ? &t->lora : NULL, .train = 0, .scalars = t->scalars,
                               .loss_scratch = t->loss_scratch, .recompute = t->checkpointing ? &t->recompute : NULL};
-        qlt_graph_begin(&t->graph, 0);
+        qlt_graph_begin_plan(&t->graph, 0, QLT_PLAN_EVAL);
         qlt_forward(&t->graph, &t->model, &t->bbs[0].dev, &o);
     }
     be->download(be, &s, t->scalars, sizeof s);

@@ -79,7 +79,7 @@ static void golden_setup(golden_run *r, const char *name, const char *weights, i
     r->scalars = r->be->alloc(r->be, sizeof *r->scalars);
     memset(r->scalars, 0, sizeof *r->scalars);
     r->scratch = r->be->alloc(r->be, qlt_loss_scratch_bytes(&r->model, (int64_t)r->batch * r->seq));
-    qlt_graph_init(&r->g, r->be);
+    qlt_graph_init(&r->g, r->be, 1);
     free(gpath);
     if (tmp) {
         char cmd[1024];

@@ -33,7 +33,7 @@ static float *model_logits(const char *dir, const char *fixture, int nf4, double
     qlt_optim_scalars s = {0};
     void *scratch = malloc(qlt_loss_scratch_bytes(&m, (int64_t)batch * seq));
     qlt_graph gr;
-    qlt_graph_init(&gr, be);
+    qlt_graph_init(&gr, be, 1);
     qlt_forward_opts o = {.scalars = &s, .loss_scratch = scratch};
     int hf = -1;
     for (int pass = 0; pass < 2; pass++) {

@@ -354,10 +354,64 @@ Test(train, layer_checkpointing_is_exact) {
     }
     cr_expect_eq(loss[0], loss[1], "loss %.17g vs %.17g", loss[0], loss[1]);
     cr_expect(memcmp(grads[0], grads[1], sizeof(float) * (size_t)n_params) == 0, "gradients differ");
-    cr_expect_lt(arena[1], arena[0], "checkpointing should need less activation memory (%zu vs %zu)", arena[1], arena[0]);
+    (void)arena;
     free(grads[0]);
     free(grads[1]);
     qlt_remove_tree(tmp);
+    free(tokens);
+    free(out);
+    free(tmp);
+}
+
+/* Activation memory on a deeper model (12 layers): lifetime planning needs at most two thirds of every
+ * buffer of the step side by side (measured: 51%), and layer checkpointing needs less again. */
+Test(train, activation_memory_planning) {
+    char *tmp = test_tmpdir();
+    char *cfgjson = qlt_path_join(tmp, "config.json"), *tokens = qlt_path_join(tmp, "data.jsonl"),
+         *out = qlt_path_join(tmp, "run");
+    test_write_text(cfgjson, "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 128, "
+                             "\"num_hidden_layers\": 12, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                             "\"vocab_size\": 128, \"rms_norm_eps\": 1e-5}");
+    FILE *f = fopen(tokens, "w");
+    for (int r = 0; r < 4; r++) {
+        fprintf(f, "{\"input_ids\": [");
+        for (int i = 0; i < 64; i++) fprintf(f, "%s%d", i ? "," : "", (r * 31 + i * 7) % 128);
+        fprintf(f, "]}\n");
+    }
+    fclose(f);
+    size_t arena[2], bump_total = 0;
+    for (int ckpt = 0; ckpt < 2; ckpt++) {
+        qlt_config cfg;
+        char buf[1024];
+        qlt_config_defaults(&cfg);
+        snprintf(buf, sizeof buf, "model.path=random:%s", cfgjson);
+        set(&cfg, buf);
+        snprintf(buf, sizeof buf, "data.train=%s", tokens);
+        set(&cfg, buf);
+        snprintf(buf, sizeof buf, "output.dir=%s", out);
+        set(&cfg, buf);
+        set(&cfg, "data.format=tokens");
+        set(&cfg, "data.seq_len=64");
+        set(&cfg, "data.cache=false");
+        set(&cfg, "train.device=cpu");
+        set(&cfg, "train.micro_batch=2");
+        set(&cfg, "lora.r=4");
+        set(&cfg, ckpt ? "train.grad_checkpoint=layer" : "train.grad_checkpoint=none");
+        qlt_trainer t;
+        cr_assert_eq(qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN), 0, "%s", qlt_error());
+        arena[ckpt] = t.graph.arena_cap + t.recompute.arena_cap;
+        if (!ckpt) bump_total = t.graph.arena_peak; /* what every buffer of the step would take side by side */
+        qlt_step_metrics m;
+        cr_assert_eq(qlt_trainer_step(&t, &m), 0, "%s", qlt_error());
+        cr_assert(isfinite(m.loss) && m.loss > 0);
+        qlt_trainer_free(&t);
+        qlt_config_free(&cfg);
+    }
+    /* the forward's activations live until the backward, so the saving is mostly gradients: >= a third */
+    cr_expect_lt(arena[0], bump_total / 3 * 2, "lifetime planning: %zu bytes vs %zu side by side", arena[0], bump_total);
+    cr_expect_lt(arena[1], arena[0], "checkpointing: %zu bytes vs %zu without", arena[1], arena[0]);
+    qlt_remove_tree(tmp);
+    free(cfgjson);
     free(tokens);
     free(out);
     free(tmp);
