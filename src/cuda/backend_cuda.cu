@@ -169,6 +169,7 @@ static void cuda_destroy(qlt_backend *be) {
     cudaFree(impl->blas_ws);
     cudaFree(impl->conv);
     cudaFree(impl->lora_ws);
+    cudaFree(impl->lora_acc);
     cudaFree(impl->partials);
     cudaFree(impl->amax);
     cudaFree(impl->dequant);
@@ -357,9 +358,10 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     impl->blas_ws = qlt_cuda_alloc_tracked(be, ws_bytes);
     impl->conv = (float *)qlt_cuda_alloc_tracked(be, conv_bytes);
     impl->lora_ws = qlt_cuda_alloc_tracked(be, QLT_CUDA_LORA_BYTES);
+    impl->lora_acc = (float *)qlt_cuda_alloc_tracked(be, QLT_CUDA_LORA_ACC_BYTES);
     impl->partials = (double *)qlt_cuda_alloc_tracked(be, sizeof(double) * QLT_CUDA_NORM_BLOCKS);
     impl->amax = (float *)qlt_cuda_alloc_tracked(be, sizeof(float) * 2);
-    if (!impl->blas_ws || !impl->conv || !impl->lora_ws || !impl->partials || !impl->amax) {
+    if (!impl->blas_ws || !impl->conv || !impl->lora_ws || !impl->lora_acc || !impl->partials || !impl->amax) {
         qlt_fail("CUDA device %d: could not allocate the backend's %zu MiB of workspaces", device_index,
                  (ws_bytes + conv_bytes + QLT_CUDA_LORA_BYTES) >> 20);
         cuda_destroy(be);

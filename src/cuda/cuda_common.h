@@ -52,6 +52,7 @@ typedef __nv_bfloat16 bf16;
 #define QLT_CUDA_BLAS_WS_BYTES ((size_t)64 << 20)   /* cuBLAS / cuBLASLt workspace */
 #define QLT_CUDA_CONV_ELEMS ((int64_t)8 << 20)      /* each of the 3 backward_a conversion regions, fp32 elems */
 #define QLT_CUDA_LORA_BYTES ((size_t)64 << 20)      /* LoRA bf16 hi/lo operand copies */
+#define QLT_CUDA_LORA_ACC_BYTES ((size_t)64 << 20)  /* LoRA fp32 [hi | lo] products before their halves are summed */
 #define QLT_CUDA_NORM_BLOCKS 512                     /* grad_norm_sq partial sums (fixed: deterministic) */
 
 typedef struct cuda_impl {
@@ -64,6 +65,7 @@ typedef struct cuda_impl {
     float *conv;           /* [3 * QLT_CUDA_CONV_ELEMS] backward_a fp16/fp32 operands + fp32 accumulator;
                               also the staging area of weight_create */
     void *lora_ws;         /* [QLT_CUDA_LORA_BYTES] */
+    float *lora_acc;       /* [QLT_CUDA_LORA_ACC_BYTES] */
     double *partials;      /* [QLT_CUDA_NORM_BLOCKS] */
     float *amax;           /* [2] fp16 overflow guard: max|dY|, max|W| (as float bits, atomicMax on int) */
     bf16 *dequant;         /* NF4 dequantization scratch, [dequant_elems] (grown in weight_create only) */

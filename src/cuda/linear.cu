@@ -386,16 +386,46 @@ static lora_ws lora_prepare(qlt_backend *be, const float *a, const float *b, int
     return L;
 }
 
+/* dst[i, j] = (accumulate ? dst[i, j] : 0) + src[i*lds + j] + src[i*lds + j + off], i < rows, j < cols:
+ * the sum of the hi and lo halves of a [hi | lo] product (column halves: off = cols, lds = 2 cols; row
+ * halves: off = rows * lds). */
+static __global__ void sum_halves_kernel(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t off,
+                                         int64_t rows, int64_t cols, int accumulate) {
+    int64_t total = rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t row = i / cols, col = i - row * cols;
+        float v = src[row * lds + col] + src[row * lds + col + off];
+        float *d = dst + row * ldd + col;
+        *d = accumulate ? *d + v : v;
+    }
+}
+
+static void sum_halves(cudaStream_t s, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t off, int64_t rows,
+                       int64_t cols, int accumulate) {
+    sum_halves_kernel<<<qlt_grid(rows * cols, 256), 256, 0, s>>>(dst, ldd, src, lds, off, rows, cols, accumulate);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* Tokens per chunk whose [tokens, 2r] fp32 products fit the accumulation workspace. */
+static int64_t acc_tokens(int r, int64_t n) {
+    int64_t t = (int64_t)(QLT_CUDA_LORA_ACC_BYTES / sizeof(float)) / (2 * (int64_t)r);
+    return t < n ? t : n;
+}
+
 void qlt_cuda_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const float *a, const float *b, int64_t n,
                        int64_t in, int64_t out, int r, float scale) {
     if (n <= 0) return;
     cuda_impl *impl = cuda_impl_of(be);
     cudaStream_t s = impl->stream;
     lora_ws L = lora_prepare(be, a, b, in, out, r, n);
-    const bf16 *ah = L.a3, *al = L.a3 + (int64_t)r * in;
-    /* u = x Ah^T + x Al^T  (fp32) */
-    qlt_cuda_gemm(be, 0, 1, n, r, in, 1.0f, x, CUDA_R_16BF, in, ah, CUDA_R_16BF, in, 0.0f, u, CUDA_R_32F, r);
-    qlt_cuda_gemm(be, 0, 1, n, r, in, 1.0f, x, CUDA_R_16BF, in, al, CUDA_R_16BF, in, 1.0f, u, CUDA_R_32F, r);
+    /* u = x Ah^T + x Al^T (fp32): one GEMM against [Ah; Al] (x read once), then the halves summed */
+    const int64_t ta = acc_tokens(r, n);
+    for (int64_t t0 = 0; t0 < n; t0 += ta) {
+        int64_t tn = n - t0 < ta ? n - t0 : ta;
+        qlt_cuda_gemm(be, 0, 1, tn, 2 * r, in, 1.0f, (const bf16 *)x + t0 * in, CUDA_R_16BF, in, L.a3, CUDA_R_16BF, in,
+                      0.0f, impl->lora_acc, CUDA_R_32F, 2 * r);
+        sum_halves(s, u + t0 * r, r, impl->lora_acc, 2 * r, r, tn, r, 0);
+    }
     /* y += scale [uh uh ul] [bh bl bh]^T */
     for (int64_t t0 = 0; t0 < n; t0 += L.T) {
         int64_t tn = n - t0 < L.T ? n - t0 : L.T;
@@ -413,28 +443,32 @@ void qlt_cuda_lora_bwd(qlt_backend *be, void *dx, float *da, float *db, float *s
     cuda_impl *impl = cuda_impl_of(be);
     cudaStream_t s = impl->stream;
     lora_ws L = lora_prepare(be, a, b, in, out, r, n);
+    float *acc = impl->lora_acc;
+    QLT_ASSERT((int64_t)2 * r * (in > out ? in : out) * (int64_t)sizeof(float) <= (int64_t)QLT_CUDA_LORA_ACC_BYTES);
     float *du = scratch; /* [n, r] */
-    /* du = scale dy (Bh + Bl)   (B3 columns [0, r) = bh, [r, 2r) = bl) */
-    qlt_cuda_gemm(be, 0, 0, n, r, out, scale, dy, CUDA_R_16BF, out, L.b3, CUDA_R_16BF, 3 * r, 0.0f, du, CUDA_R_32F, r);
-    qlt_cuda_gemm(be, 0, 0, n, r, out, scale, dy, CUDA_R_16BF, out, L.b3 + r, CUDA_R_16BF, 3 * r, 1.0f, du, CUDA_R_32F,
-                  r);
+    /* du = scale dy (Bh + Bl): one GEMM against B3's columns [bh | bl] (dy read once), halves summed */
+    const int64_t ta = acc_tokens(r, n);
+    for (int64_t t0 = 0; t0 < n; t0 += ta) {
+        int64_t tn = n - t0 < ta ? n - t0 : ta;
+        qlt_cuda_gemm(be, 0, 0, tn, 2 * r, out, scale, (const bf16 *)dy + t0 * out, CUDA_R_16BF, out, L.b3, CUDA_R_16BF,
+                      3 * r, 0.0f, acc, CUDA_R_32F, 2 * r);
+        sum_halves(s, du + t0 * r, r, acc, 2 * r, r, tn, r, 0);
+    }
     for (int64_t t0 = 0; t0 < n; t0 += L.T) {
         int64_t tn = n - t0 < L.T ? n - t0 : L.T;
         const bf16 *dyc = (const bf16 *)dy + t0 * out, *xc = (const bf16 *)x + t0 * in;
-        /* dB += scale dy^T (uh + ul) */
+        /* dB += scale dy^T (uh + ul): one GEMM against the token rows' [uh | ul] columns, halves summed */
         split3_rows_kernel<<<qlt_grid(tn * r, 256), 256, 0, s>>>(L.tok, u + t0 * r, tn, r, 2);
         CUDA_CHECK_LAUNCH();
-        qlt_cuda_gemm(be, 1, 0, out, r, tn, scale, dyc, CUDA_R_16BF, out, L.tok, CUDA_R_16BF, 3 * r, 1.0f, db,
-                      CUDA_R_32F, r);
-        qlt_cuda_gemm(be, 1, 0, out, r, tn, scale, dyc, CUDA_R_16BF, out, L.tok + 2 * r, CUDA_R_16BF, 3 * r, 1.0f, db,
-                      CUDA_R_32F, r);
-        /* dA += (duh + dul)^T x */
+        qlt_cuda_gemm(be, 1, 0, out, 2 * r, tn, scale, dyc, CUDA_R_16BF, out, L.tok + r, CUDA_R_16BF, 3 * r, 0.0f, acc,
+                      CUDA_R_32F, 2 * r);
+        sum_halves(s, db, r, acc, 2 * r, r, out, r, 1);
+        /* dA += (duh + dul)^T x: one GEMM [duh | dul]^T x -> [2r, in] (x read once), row halves summed */
         split3_rows_kernel<<<qlt_grid(tn * r, 256), 256, 0, s>>>(L.tok, du + t0 * r, tn, r, 2);
         CUDA_CHECK_LAUNCH();
-        qlt_cuda_gemm(be, 1, 0, r, in, tn, 1.0f, L.tok, CUDA_R_16BF, 3 * r, xc, CUDA_R_16BF, in, 1.0f, da, CUDA_R_32F,
-                      in);
-        qlt_cuda_gemm(be, 1, 0, r, in, tn, 1.0f, L.tok + 2 * r, CUDA_R_16BF, 3 * r, xc, CUDA_R_16BF, in, 1.0f, da,
+        qlt_cuda_gemm(be, 1, 0, 2 * r, in, tn, 1.0f, L.tok + r, CUDA_R_16BF, 3 * r, xc, CUDA_R_16BF, in, 0.0f, acc,
                       CUDA_R_32F, in);
+        sum_halves(s, da, in, acc, in, (int64_t)r * in, r, in, 1);
         /* dx = beta dx + [duh duh dul] [Ah; Al; Ah] */
         if (dx)
             qlt_cuda_gemm(be, 0, 0, tn, in, 3 * r, 1.0f, L.tok, CUDA_R_16BF, 3 * r, L.a3, CUDA_R_16BF, in, dx_beta,

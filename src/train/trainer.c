@@ -163,7 +163,10 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         else if (strcmp(cfg->train.backward_a, "fp32") == 0) t->be->backward_a = QLT_BACKWARD_A_FP32;
         else t->be->backward_a = QLT_BACKWARD_A_BF16;
     }
+    double load_start = now_seconds();
     if (load_model_and_adapter(t, mode) != 0) goto fail;
+    fprintf(stderr, "qlora-train: model loaded in %.2f s (%s%s)\n", now_seconds() - load_start, t->model.cfg.arch_name,
+            t->model.quantized ? ", NF4" : "");
     if (load_datasets(t, mode) != 0) goto fail;
     /* graphs: every micro-batch of a step has its own buffers (the captured step reads fixed addresses) */
     t->graph_mode = mode == QLT_TRAINER_TRAIN && (cfg->train.cuda_graph || getenv_flag("CUDA_GRAPH"));
