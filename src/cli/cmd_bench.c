@@ -174,8 +174,9 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                    "\"gemm_peak_tflops\": %.1f, \"load_s\": %.3f, \"first_step_s\": %.3f, \"loss\": %.5f",
                    o->model, be->name, o->quant, o->micro_batch, o->seq, o->r, tokens_per_s, median, peak_gib, mfu,
                    peak_tflops, load_s, first_step_s, last_loss);
-            for (int p = 0; p < QLT_PHASE_COUNT; p++)
-                printf(", \"ms_%s\": %.3f", qlt_phase_name(p), phase_ms[p] / o->steps);
+            if (profile) /* graph mode is not profiled: its steps are single launches */
+                for (int p = 0; p < QLT_PHASE_COUNT; p++)
+                    printf(", \"ms_%s\": %.3f", qlt_phase_name(p), phase_ms[p] / o->steps);
             printf("}\n");
         } else {
             printf("model %s (%s, %.2fB linear params), %s backend, %s base, micro_batch %d x seq %d, LoRA r %d\n",
@@ -185,7 +186,9 @@ static int run_bench(const bench_opts *o, const char *tmp) {
             printf("tokens/s %.0f   step %.1f ms (median of %d)   peak memory %.2f GiB", tokens_per_s, median * 1e3,
                    o->steps, peak_gib);
             if (peak_tflops > 0) printf("   MFU %.1f%% of %.0f TFLOP/s", 100 * mfu, peak_tflops);
-            printf("\n\n| phase | ms / step | share |\n|---|---|---|\n");
+            printf("\n");
+            if (profile) printf("\n| phase | ms / step | share |\n|---|---|---|\n");
+            else printf("(CUDA graph mode: no per-phase breakdown; run without --cuda-graph for it)\n");
             for (int p = 0; p < QLT_PHASE_COUNT; p++)
                 if (phase_ms[p] > 0)
                     printf("| %s | %.2f | %.1f%% |\n", qlt_phase_name(p), phase_ms[p] / o->steps,
