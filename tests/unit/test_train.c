@@ -324,7 +324,7 @@ Test(train, resume_is_exact) {
 }
 
 /* Layer gradient checkpointing recomputes each layer in the backward: the same loss and bit-identical
- * gradients as keeping every activation, in less activation memory. */
+ * gradients as keeping every activation (its memory saving is tested on a deeper model below). */
 Test(train, layer_checkpointing_is_exact) {
     char *tmp = test_tmpdir();
     char *tokens = qlt_path_join(tmp, "golden.jsonl"), *out = qlt_path_join(tmp, "run");
@@ -332,7 +332,6 @@ Test(train, layer_checkpointing_is_exact) {
     write_golden_tokens("tiny-qwen3", tokens, &batch, &seq);
     float *grads[2] = {NULL, NULL};
     double loss[2];
-    size_t arena[2];
     int64_t n_params = 0;
     for (int ckpt = 0; ckpt < 2; ckpt++) {
         qlt_config cfg;
@@ -348,13 +347,11 @@ Test(train, layer_checkpointing_is_exact) {
         n_params = t.lora.n_params;
         grads[ckpt] = malloc(sizeof(float) * (size_t)n_params);
         memcpy(grads[ckpt], t.lora.grads, sizeof(float) * (size_t)n_params);
-        arena[ckpt] = t.graph.arena_cap + t.recompute.arena_cap;
         qlt_trainer_free(&t);
         qlt_config_free(&cfg);
     }
     cr_expect_eq(loss[0], loss[1], "loss %.17g vs %.17g", loss[0], loss[1]);
     cr_expect(memcmp(grads[0], grads[1], sizeof(float) * (size_t)n_params) == 0, "gradients differ");
-    (void)arena;
     free(grads[0]);
     free(grads[1]);
     qlt_remove_tree(tmp);
