@@ -131,13 +131,14 @@ int qlt_checkpoint_load(qlt_trainer *t, const char *dir) {
     free(text);
     int rc = cJSON_IsObject(s) ? 0 : qlt_fail("%s: not a JSON object", path);
     int64_t version = 0, step = 0, epoch = 0, cursor = 0, tokens = 0, n_params = 0, rows = 0, micro = 0, accum = 0,
-            seq = 0;
+            seq = 0, total = 0;
     if (rc == 0)
         rc = state_int(s, "format_version", path, &version) || state_int(s, "step", path, &step) ||
                      state_int(s, "epoch", path, &epoch) || state_int(s, "cursor", path, &cursor) ||
                      state_int(s, "tokens_seen", path, &tokens) || state_int(s, "n_params", path, &n_params) ||
                      state_int(s, "train_rows", path, &rows) || state_int(s, "micro_batch", path, &micro) ||
-                     state_int(s, "grad_accum", path, &accum) || state_int(s, "seq_len", path, &seq)
+                     state_int(s, "grad_accum", path, &accum) || state_int(s, "seq_len", path, &seq) ||
+                     state_int(s, "total_steps", path, &total)
                  ? -1
                  : 0;
     if (rc == 0 && version != TRAINER_STATE_VERSION)
@@ -151,6 +152,10 @@ int qlt_checkpoint_load(qlt_trainer *t, const char *dir) {
                       "micro_batch %lld vs %d, grad_accum %lld vs %d, seq_len %lld vs %d): resume with the same "
                       "data and train settings", path, (long long)rows, (long long)t->train.n_rows, (long long)micro,
                       t->micro_batch, (long long)accum, t->grad_accum, (long long)seq, t->seq);
+    if (rc == 0 && total != t->total_steps)
+        fprintf(stderr, "qlora-train: warning: the checkpoint's run had %lld steps, this one has %lld: the learning "
+                        "rate schedule continues with this run's length, so steps after %lld differ from the "
+                        "original run\n", (long long)total, (long long)t->total_steps, (long long)step);
     cJSON_Delete(s);
     free(path);
     if (rc == 0) rc = qlt_lora_load_peft(&t->lora, dir);
