@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 bin=${1:-carry/bin}
 export LD_LIBRARY_PATH=$bin:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 work=${OUT:-/tmp}/resume
+mkdir -p "$work"
 status=0
 for graph in false true; do
   rm -rf "$work/straight-$graph" "$work/resumed-$graph"
