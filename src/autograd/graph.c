@@ -390,7 +390,9 @@ static void backward_node(qlt_graph *g, const qlt_node *node) {
         grad_beta(g, k);
         grad_beta(g, v);
         int64_t n = (int64_t)node->u.attn.batch * node->u.attn.seq;
-        float *scratch = qlt_graph_alloc(g, sizeof(float) * (size_t)(n * node->u.attn.n_heads));
+        float *scratch = qlt_graph_alloc(g, be->attention_bwd_scratch_bytes(be, n, node->u.attn.n_heads,
+                                                                            node->u.attn.n_kv_heads,
+                                                                            node->u.attn.head_dim));
         TOUCH(scratch);
         qlt_graph_phase(g, QLT_PHASE_ATTENTION);
         if (RUN)

@@ -141,11 +141,13 @@ struct qlt_backend {
     void (*attention_fwd)(qlt_backend *be, void *out, float *lse, const void *q, const void *k,
                           const void *v, const int32_t *seg_start, int batch, int seq, int n_heads,
                           int n_kv_heads, int head_dim, float scale);
-    /* dq, dk, dv overwritten. scratch float [N, n_heads] (rowsum(dout * out)). */
+    /* dq, dk, dv overwritten. scratch: attention_bwd_scratch_bytes(...) bytes, starting with float
+     * [N, n_heads] = rowsum(dout * out). */
     void (*attention_bwd)(qlt_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                           const void *out, const float *lse, const void *q, const void *k, const void *v,
                           const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                           int head_dim, float scale);
+    size_t (*attention_bwd_scratch_bytes)(qlt_backend *be, int64_t n, int n_heads, int n_kv_heads, int head_dim);
     /* h [N, I] = silu(gate) * up */
     void (*swiglu_fwd)(qlt_backend *be, void *h, const void *gate, const void *up, int64_t count);
     /* dgate, dup overwritten */

@@ -228,6 +228,10 @@ static void cpu_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, flo
                           head_dim, scale);
 }
 
+static size_t cpu_attention_bwd_scratch_bytes(qlt_backend *be, int64_t n, int n_heads, int n_kv_heads, int head_dim) {
+    return sizeof(float) * (size_t)n * (size_t)n_heads;
+}
+
 static void cpu_swiglu_fwd(qlt_backend *be, void *h, const void *gate, const void *up, int64_t count) {
     qlt_cpu_swiglu_fwd(h, gate, up, count);
 }
@@ -320,6 +324,7 @@ qlt_backend *qlt_backend_cpu_create(int threads) {
     be->rope = cpu_rope;
     be->attention_fwd = cpu_attention_fwd;
     be->attention_bwd = cpu_attention_bwd;
+    be->attention_bwd_scratch_bytes = cpu_attention_bwd_scratch_bytes;
     be->swiglu_fwd = cpu_swiglu_fwd;
     be->swiglu_bwd = cpu_swiglu_bwd;
     be->copy = cpu_copy;

@@ -303,10 +303,13 @@ static __global__ void attn_bwd_dot_kernel(float *dsum, const bf16 *dout, const 
     if (lane == 0) dsum[r] = acc;
 }
 
-/* dK, dV for one key tile of 64 (4 warps x 16 keys), one kv head, one batch row. The streamed tiles are
- * (query head of the group, query tile) pairs, flattened so the pipeline runs across heads. */
-template <int HD, int STAGES>
-static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dout,
+/* dK, dV for one key tile of 64 (4 warps x 16 keys), one batch row, and either one kv head (PER_HEAD false:
+ * the streamed tiles are (query head of the group, query tile) pairs, flattened so the pipeline runs across
+ * heads; bf16 dK/dV out) or one query head (PER_HEAD true: blockIdx.y is the query head, so a GQA group's
+ * heads run in parallel CTAs; fp32 per-head partials out, summed per group by attn_group_sum_kernel). */
+template <int HD, int STAGES, bool PER_HEAD>
+static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, float *pdk, float *pdv,
+                                                                           const bf16 *dout,
                                                                            const float *lse, const float *dsum,
                                                                            const bf16 *q, const bf16 *k, const bf16 *v,
                                                                            const int32_t *seg_start, int seq,
@@ -318,14 +321,16 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
     int *s_seg = (int *)(s_D + 2 * BM);                                 /* [2][BM] */
 
     const int n0 = blockIdx.x * BN; /* the first key tiles have the most queries: launched first */
-    const int kvh = blockIdx.y, b = blockIdx.z, group = n_heads / n_kv;
+    const int b = blockIdx.z, group = n_heads / n_kv;
+    const int kvh = PER_HEAD ? (int)blockIdx.y / group : (int)blockIdx.y;
+    const int head0 = PER_HEAD ? (int)blockIdx.y : kvh * group, heads_here = PER_HEAD ? 1 : group;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t qs = (int64_t)n_heads * HD, ks = (int64_t)n_kv * HD;
     const int64_t row_base = (int64_t)b * seq;
     const int32_t *segb = seg_start + row_base;
     const float sl2 = scale * 1.4426950408889634f;
     const int m_start = (n0 / BM) * BM; /* causal: no query before the first key sees it */
-    const int n_mtiles = (seq - m_start + BM - 1) / BM, n_items = group * n_mtiles;
+    const int n_mtiles = (seq - m_start + BM - 1) / BM, n_items = heads_here * n_mtiles;
 
     load_tile_async<HD, BN>(Ks, k + row_base * ks + (int64_t)kvh * HD, ks, n0, seq);
     load_tile_async<HD, BN>(Vs, v + row_base * ks + (int64_t)kvh * HD, ks, n0, seq);
@@ -336,7 +341,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
 
     /* item -> (query head, query tile); issue its loads into buffer `buf` */
     auto issue = [&](int item, int buf) {
-        const int h = kvh * group + item / n_mtiles, m0 = m_start + (item % n_mtiles) * BM;
+        const int h = head0 + item / n_mtiles, m0 = m_start + (item % n_mtiles) * BM;
         load_tile_async<HD, BM>(Qbuf + buf * QT, q + row_base * qs + (int64_t)h * HD, qs, m0, seq);
         load_tile_async<HD, BM>(dObuf + buf * QT, dout + row_base * qs + (int64_t)h * HD, qs, m0, seq);
         for (int i = threadIdx.x; i < BM; i += ATT_THREADS) {
@@ -414,6 +419,15 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
     for (int hf = 0; hf < 2; hf++) {
         const int kj = hf ? key_b : key_a;
         if (kj >= seq) continue;
+        if (PER_HEAD) {
+            float *pkr = pdk + (row_base + kj) * qs + (int64_t)head0 * HD, *pvr = pdv + (row_base + kj) * qs + (int64_t)head0 * HD;
+#pragma unroll
+            for (int dt = 0; dt < HD / 8; dt++) {
+                *(float2 *)(pkr + dt * 8 + 2 * t) = make_float2(dka[dt][2 * hf] * scale, dka[dt][2 * hf + 1] * scale);
+                *(float2 *)(pvr + dt * 8 + 2 * t) = make_float2(dva[dt][2 * hf], dva[dt][2 * hf + 1]);
+            }
+            continue;
+        }
         bf16 *dkr = dk + (row_base + kj) * ks + (int64_t)kvh * HD, *dvr = dv + (row_base + kj) * ks + (int64_t)kvh * HD;
 #pragma unroll
         for (int dt = 0; dt < HD / 8; dt++) {
@@ -587,17 +601,61 @@ void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *
     }
 }
 
+/* dk / dv [rows, n_kv, hd] (bf16) = sum over each GQA group's query heads of the fp32 partials
+ * [rows, n_heads, hd], in head order (deterministic). */
+static __global__ void attn_group_sum_kernel(bf16 *dk, bf16 *dv, const float *pdk, const float *pdv, int64_t rows,
+                                             int n_heads, int n_kv, int hd) {
+    const int group = n_heads / n_kv;
+    const int64_t total = rows * n_kv * hd;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t row = i / ((int64_t)n_kv * hd);
+        int rem = (int)(i - row * n_kv * hd), kvh = rem / hd, e = rem - kvh * hd;
+        const int64_t base = row * (int64_t)n_heads * hd + (int64_t)kvh * group * hd + e;
+        float sk = 0.0f, sv = 0.0f;
+        for (int j = 0; j < group; j++) {
+            sk += pdk[base + (int64_t)j * hd];
+            sv += pdv[base + (int64_t)j * hd];
+        }
+        dk[i] = __float2bfloat16(sk);
+        dv[i] = __float2bfloat16(sv);
+    }
+}
+
+/* The CUDA backward's scratch: D [N, n_heads] float, then (GQA) fp32 per-head dK and dV partials
+ * [N, n_heads, hd] each, 16-byte aligned. */
+static size_t attn_partials_offset(int64_t n, int n_heads) {
+    return ((size_t)n * (size_t)n_heads * sizeof(float) + 255) & ~(size_t)255;
+}
+
+size_t qlt_cuda_attention_bwd_scratch_bytes(qlt_backend *be, int64_t n, int n_heads, int n_kv_heads, int head_dim) {
+    size_t bytes = attn_partials_offset(n, n_heads);
+    if (n_heads != n_kv_heads) bytes += 2 * sizeof(float) * (size_t)n * (size_t)n_heads * (size_t)head_dim;
+    return bytes;
+}
+
 template <int HD, int STAGES>
 static void attn_bwd_launch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float *dsum, const bf16 *dout,
                             const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seg,
                             int batch, int seq, int n_heads, int n_kv, float scale) {
-    static bool attr_kv = false, attr_q = false;
+    static bool attr_kv = false, attr_kv_head = false, attr_q = false;
     const size_t kv_smem = att_cfg<HD>::kv_smem, q_smem = att_cfg<HD>::dq_smem;
-    attn_smem_attr(attn_bwd_dkdv_kernel<HD, STAGES>, kv_smem, &attr_kv);
     attn_smem_attr(attn_bwd_dq_kernel<HD, STAGES>, q_smem, &attr_q);
-    dim3 gkv((seq + 63) / 64, n_kv, batch);
-    attn_bwd_dkdv_kernel<HD, STAGES><<<gkv, ATT_THREADS, kv_smem, s>>>(dk, dv, dout, lse, dsum, q, k, v, seg, seq,
-                                                                       n_heads, n_kv, scale);
+    if (n_heads == n_kv) {
+        attn_smem_attr(attn_bwd_dkdv_kernel<HD, STAGES, false>, kv_smem, &attr_kv);
+        dim3 gkv((seq + 63) / 64, n_kv, batch);
+        attn_bwd_dkdv_kernel<HD, STAGES, false><<<gkv, ATT_THREADS, kv_smem, s>>>(dk, dv, NULL, NULL, dout, lse, dsum, q,
+                                                                                  k, v, seg, seq, n_heads, n_kv, scale);
+    } else { /* GQA: one CTA per query head (group x more CTAs), partials summed per group */
+        const int64_t rows = (int64_t)batch * seq;
+        float *pdk = (float *)((char *)dsum + attn_partials_offset(rows, n_heads));
+        float *pdv = pdk + rows * n_heads * HD;
+        attn_smem_attr(attn_bwd_dkdv_kernel<HD, STAGES, true>, kv_smem, &attr_kv_head);
+        dim3 gkv((seq + 63) / 64, n_heads, batch);
+        attn_bwd_dkdv_kernel<HD, STAGES, true><<<gkv, ATT_THREADS, kv_smem, s>>>(dk, dv, pdk, pdv, dout, lse, dsum, q, k,
+                                                                                 v, seg, seq, n_heads, n_kv, scale);
+        CUDA_CHECK_LAUNCH();
+        attn_group_sum_kernel<<<qlt_grid(rows * n_kv * HD, 256), 256, 0, s>>>(dk, dv, pdk, pdv, rows, n_heads, n_kv, HD);
+    }
     CUDA_CHECK_LAUNCH();
     dim3 gq((seq + 63) / 64, n_heads, batch);
     attn_bwd_dq_kernel<HD, STAGES><<<gq, ATT_THREADS, q_smem, s>>>(dq, dout, lse, dsum, q, k, v, seg, seq, n_heads,

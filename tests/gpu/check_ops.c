@@ -476,7 +476,7 @@ void check_attention(void) {
         qlt_cpu_attention_bwd(dq_ref, dk_ref, dv_ref, scr, dout, o_ref, lse_ref, q, k, v, seg, A->batch, A->seq, A->heads,
                               A->kv, A->hd, scale);
         void *gq = dpoison(2 * (size_t)qn), *gk = dpoison(2 * (size_t)kn), *gv = dpoison(2 * (size_t)kn);
-        float *gscr = dpoison(4 * (size_t)(n * A->heads));
+        float *gscr = dpoison(G->attention_bwd_scratch_bytes(G, n, A->heads, A->kv, A->hd));
         G->attention_bwd(G, gq, gk, gv, gscr, dbf16(dout, qn), dbf16(o_ref, qn), df32(lse_ref, n * A->heads), dq_, dk_,
                          dv_, dseg, A->batch, A->seq, A->heads, A->kv, A->hd, scale);
         float *hq = hget_bf16(gq, qn), *hk = hget_bf16(gk, kn), *hv = hget_bf16(gv, kn), *hs = hget_f32(gscr, n * A->heads);
@@ -630,7 +630,7 @@ void check_graph_capture(void) {
     void *dxo = dalloc(2 * (size_t)(n * D)), *gq = dalloc(2 * (size_t)(n * D));
     void *gk = dalloc(2 * (size_t)(n * KV * HD)), *gv = dalloc(2 * (size_t)(n * KV * HD));
     float *rstd = dalloc(4 * (size_t)n), *lse = dalloc(4 * (size_t)(n * H)), *u = dalloc(4 * (size_t)(n * RK));
-    float *dscr = dalloc(4 * (size_t)(n * H));
+    float *dscr = dalloc(G->attention_bwd_scratch_bytes(G, n, H, KV, HD));
     float *da = df32(a, (int64_t)RK * D), *db = df32(b, (int64_t)D * RK), *dnw = df32(nw, D);
     int32_t *dseg = di32(seg, n), *dtg = di32(tg, n);
     void *scr = dalloc((size_t)n * (V + 2) * 4);
@@ -699,7 +699,7 @@ void check_perf(void) {
         void *q = dbf16(h, qn), *k = dbf16(h, kn), *v = dbf16(h + kn, kn), *o = dalloc(2 * (size_t)qn);
         void *dout = dbf16(h, qn), *dq = dalloc(2 * (size_t)qn), *dk = dalloc(2 * (size_t)kn),
              *dv = dalloc(2 * (size_t)kn);
-        float *lse = dalloc(4 * (size_t)(n * H)), *scr = dalloc(4 * (size_t)(n * H));
+        float *lse = dalloc(4 * (size_t)(n * H)), *scr = dalloc(G->attention_bwd_scratch_bytes(G, n, H, KV, HD));
         int32_t *seg = calloc((size_t)n, sizeof(int32_t));
         int32_t *dseg = di32(seg, n);
         float scale = 1.0f / sqrtf((float)HD);
