@@ -101,6 +101,13 @@ def main():
                 row(f"{model} loss of the step-3 adapter", abs(ev3 - ref_losses[3].item()) / ref_losses[3].item(),
                     LOSS_TOL)
             else:
+                # a bitsandbytes-format checkpoint written by `qlora-train quantize` loads on the GPU as is
+                # (no requantization) and computes exactly what quantizing on load computes
+                qdir = os.path.join(work, f"{model}-bnb")
+                subprocess.run(["rm", "-rf", qdir], check=True)
+                run(binary, ["quantize", fx, qdir])
+                ev_bnb = json.loads(run(binary, ["eval", "--config", cfg, "--set", f"model.path={qdir}"]))["loss"]
+                row(f"{model} nf4 eval: bnb checkpoint vs quantize-on-load", abs(ev_bnb - ev) / ev, 0.0)
                 cfg_cpu = os.path.join(work, f"{model}-{quant}-cpu.yaml")
                 run(binary, ["train", "--config", cfg_cpu])
                 cpu_metrics = [json.loads(l) for l in open(os.path.join(work, f"{model}-{quant}-cpu", "metrics.jsonl")) if '"loss"' in l]

@@ -300,3 +300,22 @@ Test(cli, eval_prints_golden_loss) {
         free(out);
     }
 }
+
+/* `qlora-train inspect` reads headers only: architecture, counts, dtypes and the NF4 footprint. */
+Test(cli, inspect_reports_model) {
+    char *dir = test_fixture_path("tiny-llama", NULL), *args = NULL, *out = NULL;
+    if (asprintf(&args, "inspect %s", dir) < 0) abort();
+    cr_assert_eq(test_run_cli(args, &out), 0, "%s", out);
+    cr_expect(strstr(out, "architecture: LlamaForCausalLM  layers 3  hidden 96  heads 6 / kv 2  head_dim 16"), "%s", out);
+    cr_expect(strstr(out, "model.layers.2.mlp.down_proj.weight"), "%s", out);
+    cr_expect(strstr(out, "F32"), "%s", out);
+    cr_expect(strstr(out, "NF4 (block 64) whole model"), "%s", out);
+    free(args);
+    free(out);
+    if (asprintf(&args, "inspect %s/adapter-init", dir) < 0) abort();
+    cr_expect_eq(test_run_cli(args, &out), 1, "a directory without config.json is an error: %s", out);
+    cr_expect(strstr(out, "config.json"), "%s", out);
+    free(args);
+    free(out);
+    free(dir);
+}
