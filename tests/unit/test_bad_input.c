@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "common/error.h"
 #include "io/fileutil.h"
@@ -318,4 +319,34 @@ Test(cli, inspect_reports_model) {
     free(args);
     free(out);
     free(dir);
+}
+
+/* The README's demo (configs/demo.yaml: random-weight tiny Llama, NF4, real text through the tokenizer)
+ * trains and writes a PEFT adapter; two steps on the CPU here. */
+Test(cli, demo_config_trains) {
+    char *tmp = test_tmpdir(), *args = NULL, *out = NULL;
+    if (asprintf(&args, "train --config %s/../../configs/demo.yaml --set train.device=cpu --set train.max_steps=2 "
+                 "--set output.save_every=0 --set output.dir=%s/run --set data.cache=false",
+                 QLT_TEST_DATA, tmp) < 0)
+        abort();
+    /* the demo's paths are relative to the repository root */
+    char *cmd = NULL;
+    if (asprintf(&cmd, "cd %s/../.. && %s %s 2>&1", QLT_TEST_DATA, QLT_BINARY, args) < 0) abort();
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, p);
+    buf[n] = '\0';
+    int status = pclose(p);
+    cr_assert_eq(WEXITSTATUS(status), 0, "%s", buf);
+    char *adapter = NULL;
+    if (asprintf(&adapter, "%s/run/final/adapter_config.json", tmp) < 0) abort();
+    cr_expect(qlt_file_exists(adapter), "no %s: %s", adapter, buf);
+    cr_expect(strstr(buf, "step 2/2"), "%s", buf);
+    qlt_remove_tree(tmp);
+    free(adapter);
+    free(cmd);
+    free(args);
+    free(out);
+    free(tmp);
 }
