@@ -5,6 +5,8 @@
  * and the GPU checks would catch it). */
 #include "cpu/nf4.h"
 
+#include "common/nf4_search.h"
+
 #include <pthread.h>
 #include <zlib.h>
 
@@ -78,60 +80,11 @@ float qlt_nf4_bnb_rcp(float a) {
     return ftz(r);
 }
 
-/* ---- the two code searches, written as bnb writes them (ties included) ---- */
+/* ---- the two code searches (shared with the CUDA kernels: common/nf4_search.h) ---- */
 
-uint8_t qlt_nf4_code_of(float x) {
-    /* bnb dQuantizeNF4: thresholds are the midpoints of neighbouring codebook values; a value exactly on
-     * a midpoint goes to the lower code (strict >); NaN goes to code 0. */
-    if (x > 0.03979014977812767f)
-        if (x > 0.3893125355243683f)
-            if (x > 0.6427869200706482f)
-                return x > 0.8614784181118011f ? 15 : 14;
-            else
-                return x > 0.5016634166240692f ? 13 : 12;
-        else if (x > 0.2035212516784668f)
-            return x > 0.2920137718319893f ? 11 : 10;
-        else
-            return x > 0.1202552504837513f ? 9 : 8;
-    else if (x > -0.33967943489551544f)
-        if (x > -0.13791173323988914f)
-            return x > -0.045525018125772476f ? 7 : 6;
-        else
-            return x > -0.23460740596055984f ? 5 : 4;
-    else if (x > -0.6106329262256622f)
-        return x > -0.4599952697753906f ? 3 : 2;
-    else
-        return x > -0.8480964004993439f ? 1 : 0;
-}
+uint8_t qlt_nf4_code_of(float x) { return qlt_nf4_tree_code(x); }
 
-uint8_t qlt_nf4_dynamic_code_of(const float code[256], float x) {
-    /* bnb dQuantize<STOCHASTIC=0>: a 7-step binary search from pivot 127 that remembers the last value
-     * above and below, then picks by the midpoint (ties: a value on the midpoint keeps the pivot). */
-    int pivot = 127, upper_pivot = 255, lower_pivot = 0;
-    float lower = -1.0f, upper = 1.0f;
-    float val = code[pivot];
-    for (int i = 64; i > 0; i >>= 1) {
-        if (x > val) {
-            lower_pivot = pivot;
-            lower = val;
-            pivot += i;
-        } else {
-            upper_pivot = pivot;
-            upper = val;
-            pivot -= i;
-        }
-        val = code[pivot];
-    }
-    if (upper_pivot == 255) upper = code[upper_pivot];
-    if (lower_pivot == 0) lower = code[lower_pivot];
-    if (x > val) {
-        float midpoint = (upper + val) * 0.5f;
-        return (uint8_t)(x > midpoint ? upper_pivot : pivot);
-    } else {
-        float midpoint = (lower + val) * 0.5f;
-        return (uint8_t)(x < midpoint ? lower_pivot : pivot);
-    }
-}
+uint8_t qlt_nf4_dynamic_code_of(const float code[256], float x) { return qlt_nf4_dynamic_search(code, x); }
 
 /* ---- maps ---- */
 

@@ -8,6 +8,7 @@
  *
  * Layers (ggml-cuda style): static __global__ *_kernel, a static launcher taking the stream that checks
  * the launch, and the extern "C" entry points of nf4.h. */
+#include "common/nf4_search.h"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -57,55 +58,10 @@ static __device__ __forceinline__ float to_f32(float x) { return x; }
 static __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
 static __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-static __device__ __forceinline__ unsigned nf4_code(float x) {
-    /* bitsandbytes' dQuantizeNF4 tree (strict >, so a tie goes to the lower code; NaN to 0) */
-    if (x > 0.03979014977812767f)
-        if (x > 0.3893125355243683f)
-            if (x > 0.6427869200706482f)
-                return x > 0.8614784181118011f ? 15u : 14u;
-            else
-                return x > 0.5016634166240692f ? 13u : 12u;
-        else if (x > 0.2035212516784668f)
-            return x > 0.2920137718319893f ? 11u : 10u;
-        else
-            return x > 0.1202552504837513f ? 9u : 8u;
-    else if (x > -0.33967943489551544f)
-        if (x > -0.13791173323988914f)
-            return x > -0.045525018125772476f ? 7u : 6u;
-        else
-            return x > -0.23460740596055984f ? 5u : 4u;
-    else if (x > -0.6106329262256622f)
-        return x > -0.4599952697753906f ? 3u : 2u;
-    else
-        return x > -0.8480964004993439f ? 1u : 0u;
-}
-
+/* the searches shared with the CPU reference (common/nf4_search.h) */
+static __device__ __forceinline__ unsigned nf4_code(float x) { return qlt_nf4_tree_code(x); }
 static __device__ __forceinline__ unsigned dynamic_code(const float *code, float x) {
-    /* bitsandbytes' dQuantize<0>, as in the CPU reference */
-    int pivot = 127, upper_pivot = 255, lower_pivot = 0;
-    float lower = -1.0f, upper = 1.0f;
-    float val = code[pivot];
-    for (int i = 64; i > 0; i >>= 1) {
-        if (x > val) {
-            lower_pivot = pivot;
-            lower = val;
-            pivot += i;
-        } else {
-            upper_pivot = pivot;
-            upper = val;
-            pivot -= i;
-        }
-        val = code[pivot];
-    }
-    if (upper_pivot == 255) upper = code[upper_pivot];
-    if (lower_pivot == 0) lower = code[lower_pivot];
-    if (x > val) {
-        float midpoint = __fmul_rn(__fadd_rn(upper, val), 0.5f);
-        return x > midpoint ? (unsigned)upper_pivot : (unsigned)pivot;
-    } else {
-        float midpoint = __fmul_rn(__fadd_rn(lower, val), 0.5f);
-        return x < midpoint ? (unsigned)lower_pivot : (unsigned)pivot;
-    }
+    return qlt_nf4_dynamic_search(code, x);
 }
 
 static __device__ __forceinline__ float warp_max(float m) {
