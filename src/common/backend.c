@@ -7,8 +7,8 @@
 
 #ifndef QLT_HAVE_CUDA
 qlt_backend *qlt_backend_cuda_create(int device_index) {
-    qlt_fail("this qlora-train was built without CUDA (nvcc was not found at build time): use "
-             "--set train.device=cpu, or rebuild on a machine with the CUDA toolkit");
+    qlt_fail("this build has no CUDA backend (nvcc was not found when it was built): use --set train.device=cpu, "
+             "or rebuild with the CUDA toolkit installed");
     return NULL;
 }
 #endif
@@ -17,9 +17,13 @@ qlt_backend *qlt_backend_create(const char *device, int threads) {
     if (strcmp(device, "cpu") == 0) return qlt_backend_cpu_create(threads);
     if (strcmp(device, "cuda") == 0) return qlt_backend_cuda_create(0);
     if (strcmp(device, "auto") == 0) {
+#ifdef QLT_HAVE_CUDA
         qlt_backend *be = qlt_backend_cuda_create(0);
         if (be) return be;
-        fprintf(stderr, "qlora-train: no usable GPU (%s); running on the CPU\n", qlt_error());
+        fprintf(stderr, "qlora-train: no usable GPU, running on the CPU (%s)\n", qlt_error());
+#else
+        fprintf(stderr, "qlora-train: built without CUDA: running on the CPU\n");
+#endif
         return qlt_backend_cpu_create(threads);
     }
     qlt_fail("train.device: '%s' is not one of auto, cpu, cuda", device);
