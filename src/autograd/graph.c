@@ -38,10 +38,6 @@ size_t qlt_graph_planned_bytes(qlt_graph *g) {
     return g->plans[g->plan_id].total;
 }
 
-int qlt_graph_has_plan(const qlt_graph *g, int plan_id) {
-    return g->reuse ? g->plans[plan_id].ready : g->planned;
-}
-
 int qlt_graph_commit_plan(qlt_graph *g) {
     QLT_ASSERT(g->planning);
     g->planning = 0;

@@ -93,7 +93,6 @@ void qlt_graph_begin(qlt_graph *g, int planning);
 void qlt_graph_begin_plan(qlt_graph *g, int planning, int plan_id);
 /* After a planning pass: packs the plan and grows the arena to fit it (never shrinks: plans share it). */
 int qlt_graph_commit_plan(qlt_graph *g);
-int qlt_graph_has_plan(const qlt_graph *g, int plan_id);
 /* During/after a planning pass: the arena bytes the pass needs (packed when lifetime-planned). */
 size_t qlt_graph_planned_bytes(qlt_graph *g);
 /* Lifetime bookkeeping while planning: every op calls qlt_graph_tick once, then touches each arena

@@ -169,7 +169,6 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
             qlt_fail("%s: quantization_config is not bitsandbytes 4-bit (only bitsandbytes nf4 checkpoints load)", path);
             goto done;
         }
-        mc->pre_quantized = 1;
     }
     rc = 0;
 done:

@@ -38,7 +38,6 @@ typedef struct qlt_model_config {
     int attention_bias; /* q/k/v have bias (Qwen2; Llama attention_bias) */
     int qk_norm;        /* Qwen3 */
     int64_t bos_token_id, eos_token_id; /* -1 when absent */
-    int pre_quantized;  /* quantization_config says bitsandbytes 4-bit */
 } qlt_model_config;
 
 /* Reads <dir>/config.json. Errors name the file and key. */

@@ -328,6 +328,16 @@ static qlt_step_metrics step_record(const qlt_trainer *t, const qlt_optim_scalar
     return r;
 }
 
+/* Waits for the step enqueued in slot and returns its metrics (its time: since the previous completion). */
+static int flush_slot(qlt_trainer *t, qlt_step_metrics *out, int slot) {
+    t->be->event_wait(t->be, QLT_EVENT_DONE0 + slot);
+    double done = now_seconds();
+    qlt_step_metrics rec = t->in_flight[slot];
+    rec.seconds = done - (t->last_done > rec.seconds ? t->last_done : rec.seconds);
+    t->last_done = done;
+    return fill_metrics(out, &t->pinned->back[slot], &rec);
+}
+
 /* Graph mode: every per-step value is sent (asynchronously, from pinned memory) before the replay of the
  * step captured once; the step's scalars come back asynchronously and are read one step later, so the
  * host never waits inside a step and always has the next step queued behind the running one. */
@@ -365,23 +375,14 @@ static int graph_step(qlt_trainer *t, qlt_step_metrics *out) {
     int had_previous = t->step_in_flight;
     t->step_in_flight = 1;
     if (!had_previous) return 0;
-    return qlt_trainer_flush_previous(t, out, 1 - slot);
-}
-
-int qlt_trainer_flush_previous(qlt_trainer *t, qlt_step_metrics *out, int slot) {
-    t->be->event_wait(t->be, QLT_EVENT_DONE0 + slot);
-    double done = now_seconds();
-    qlt_step_metrics rec = t->in_flight[slot];
-    rec.seconds = done - (t->last_done > rec.seconds ? t->last_done : rec.seconds);
-    t->last_done = done;
-    return fill_metrics(out, &t->pinned->back[slot], &rec);
+    return flush_slot(t, out, 1 - slot);
 }
 
 int qlt_trainer_flush(qlt_trainer *t, qlt_step_metrics *out) {
     out->valid = 0;
     if (!t->step_graph || !t->step_in_flight) return 0;
     t->step_in_flight = 0;
-    return qlt_trainer_flush_previous(t, out, (int)((t->step - 1) % 2));
+    return flush_slot(t, out, (int)((t->step - 1) % 2));
 }
 
 int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *out) {

@@ -86,7 +86,6 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
 int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *m);
 /* Graph mode: waits for the last enqueued step and returns its metrics (m->valid 0 when none). */
 int qlt_trainer_flush(qlt_trainer *t, qlt_step_metrics *m);
-int qlt_trainer_flush_previous(qlt_trainer *t, qlt_step_metrics *m, int slot);
 /* Mean loss over every counted token of ds (no gradients). */
 int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, int64_t *counted);
 /* The whole run: resume (NULL, "auto" or a dir), steps, metrics, checkpoints, final adapter. */
