@@ -90,6 +90,10 @@ typedef struct qlt_config {
     } output;
 } qlt_config;
 
+/* A target projection name (q, k, v, o, gate, up, down, their *_proj names, or all-linear; case-insensitive)
+ * as QLT_TARGET_* bits. Returns 0, or -1 when unknown. */
+int qlt_config_target_bits(const char *name, unsigned *bits);
+
 /* Fills every field with its default. */
 void qlt_config_defaults(qlt_config *cfg);
 /* Reads a YAML (.yaml/.yml) or JSON (.json) file over the current values. */

@@ -573,7 +573,7 @@ static int apply_pair(qlt_config *cfg, const qlt_cfg_entry *e, const qlt_doc_nod
     return rc;
 }
 
-static int target_bits(const char *name, unsigned *bits) {
+int qlt_config_target_bits(const char *name, unsigned *bits) {
     if (!strcasecmp(name, "all-linear") || !strcasecmp(name, "all")) return *bits = QLT_TARGET_ALL, 0;
     for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++)
         if (!strcasecmp(name, targets[i].name) || !strcasecmp(name, targets[i].hf_name))
@@ -592,7 +592,7 @@ static int apply_targets(qlt_config *cfg, const qlt_cfg_entry *e, const qlt_doc_
     for (int64_t i = 0; rc == 0 && i < list->count; i++) {
         const qlt_doc_node *item = list->items[i];
         unsigned bits;
-        if (item->kind != QLT_DOC_SCALAR || target_bits(item->text, &bits) != 0)
+        if (item->kind != QLT_DOC_SCALAR || qlt_config_target_bits(item->text, &bits) != 0)
             rc = value_fail(w, e, item, 1, "expected q, k, v, o, gate, up, down, q_proj ... down_proj or all-linear");
         else all |= bits;
     }

@@ -82,17 +82,6 @@ void qlt_lora_init_default(qlt_lora *lora, uint64_t seed) {
     free(host);
 }
 
-/* Maps "q_proj" / "q" / ... to a target bit; 0 when unknown. */
-static unsigned target_bit_of(const char *name) {
-    for (int p = 0; p < QLT_PROJ_COUNT; p++) {
-        const char *full = qlt_proj_name(p);
-        size_t short_len = strlen(full) - 5; /* without "_proj" */
-        if (strcmp(name, full) == 0 || (strlen(name) == short_len && strncmp(name, full, short_len) == 0))
-            return proj_target_bit[p];
-    }
-    return 0;
-}
-
 int qlt_lora_read_peft_config(const char *dir, int *r, float *alpha, unsigned *targets, int *rslora, float *dropout) {
     char *path = qlt_path_join(dir, "adapter_config.json");
     char *text = NULL;
@@ -129,7 +118,8 @@ int qlt_lora_read_peft_config(const char *dir, int *r, float *alpha, unsigned *t
                 else rc = qlt_fail("%s: target_modules '%s' (a regex) is not supported: list module names", path, jt->valuestring);
             } else {
                 for (const cJSON *it = jt->child; it && rc == 0; it = it->next) {
-                    unsigned bit = cJSON_IsString(it) ? target_bit_of(it->valuestring) : 0;
+                    unsigned bit = 0; /* stays 0 for an unknown name */
+                    if (cJSON_IsString(it)) qlt_config_target_bits(it->valuestring, &bit);
                     if (!bit)
                         rc = qlt_fail("%s: target module '%s' is not supported (supported: q_proj, k_proj, v_proj, "
                                       "o_proj, gate_proj, up_proj, down_proj)", path,
