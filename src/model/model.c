@@ -80,6 +80,16 @@ static int load_prequantized(qlt_model *m, const qlt_st_dir *d, const char *dir,
     return 0;
 }
 
+int qlt_model_upload_rope(qlt_model *m) {
+    size_t bytes = sizeof(float) * (size_t)(m->cfg.head_dim / 2);
+    float *inv = qlt_xmalloc(bytes);
+    qlt_model_rope_inv_freq(&m->cfg, inv);
+    m->inv_freq = m->be->alloc(m->be, bytes);
+    if (m->inv_freq) m->be->upload(m->be, m->inv_freq, inv, bytes);
+    free(inv);
+    return m->inv_freq ? 0 : qlt_fail("out of %s memory", m->be->name);
+}
+
 int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_model_load_opts *opts) {
     memset(m, 0, sizeof *m);
     m->be = be;
@@ -94,8 +104,7 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
     int blocksize = opts && opts->nf4 ? opts->nf4_blocksize : 0;
     int dq = opts ? opts->double_quant : 0;
     m->quantized = blocksize > 0;
-    int64_t h = c->hidden, qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
-    int64_t inter = c->intermediate;
+    int64_t h = c->hidden;
     char name[256];
     if (load_matrix(m, &d, dir, "model.embed_tokens.weight", c->vocab, h, 0, 0, &m->embed)) goto done;
     if (load_vector(m, &d, dir, "model.norm.weight", h, &m->final_norm)) goto done;
@@ -106,7 +115,6 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
         goto done;
     }
     m->layers = qlt_xcalloc((size_t)c->n_layers, sizeof *m->layers);
-    const int64_t proj_shape[QLT_PROJ_COUNT][2] = {{qd, h}, {kvd, h}, {kvd, h}, {h, qd}, {inter, h}, {inter, h}, {h, inter}};
     for (int l = 0; l < c->n_layers; l++) {
         qlt_layer *L = &m->layers[l];
         snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
@@ -114,19 +122,21 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
         snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
         if (load_vector(m, &d, dir, name, h, &L->mlp_norm)) goto done;
         for (int p = 0; p < QLT_PROJ_COUNT; p++) {
+            int64_t rows, cols;
+            qlt_model_proj_shape(c, p, &rows, &cols);
             snprintf(name, sizeof name, "model.layers.%d.%s.%s", l, qlt_proj_parent(p), qlt_proj_name(p));
             if (pre_quantized && qlt_bnb_module_is_quantized(&d, name)) {
-                if (load_prequantized(m, &d, dir, name, proj_shape[p][0], proj_shape[p][1], &L->proj[p])) goto done;
+                if (load_prequantized(m, &d, dir, name, rows, cols, &L->proj[p])) goto done;
                 m->quantized = 1;
                 continue;
             }
             strcat(name, ".weight");
-            if (load_matrix(m, &d, dir, name, proj_shape[p][0], proj_shape[p][1], blocksize, dq, &L->proj[p])) goto done;
+            if (load_matrix(m, &d, dir, name, rows, cols, blocksize, dq, &L->proj[p])) goto done;
         }
         if (c->attention_bias) {
             for (int p = 0; p < 3; p++) {
                 snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.bias", l, qlt_proj_name(p));
-                if (load_vector(m, &d, dir, name, proj_shape[p][0], &L->bias[p])) goto done;
+                if (load_vector(m, &d, dir, name, m->layers[l].proj[p].rows, &L->bias[p])) goto done;
             }
         }
         if (c->qk_norm) {
@@ -136,16 +146,7 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
             if (load_vector(m, &d, dir, name, c->head_dim, &L->k_norm)) goto done;
         }
     }
-    float *inv = qlt_xmalloc(sizeof(float) * (size_t)(c->head_dim / 2));
-    qlt_model_rope_inv_freq(c, inv);
-    m->inv_freq = be->alloc(be, sizeof(float) * (size_t)(c->head_dim / 2));
-    if (m->inv_freq) be->upload(be, m->inv_freq, inv, sizeof(float) * (size_t)(c->head_dim / 2));
-    free(inv);
-    if (!m->inv_freq) {
-        qlt_fail("out of %s memory", be->name);
-        goto done;
-    }
-    rc = 0;
+    rc = qlt_model_upload_rope(m);
 done:
     qlt_st_dir_close(&d);
     if (rc != 0) qlt_model_free(m);

@@ -208,9 +208,22 @@ void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq) {
     }
 }
 
+void qlt_model_proj_shape(const qlt_model_config *mc, int p, int64_t *rows, int64_t *cols) {
+    int64_t h = mc->hidden, qd = (int64_t)mc->n_heads * mc->head_dim, kvd = (int64_t)mc->n_kv_heads * mc->head_dim;
+    int64_t inter = mc->intermediate;
+    const int64_t shape[7][2] = {{qd, h}, {kvd, h}, {kvd, h}, {h, qd}, {inter, h}, {inter, h}, {h, inter}};
+    QLT_ASSERT(p >= 0 && p < 7);
+    *rows = shape[p][0];
+    *cols = shape[p][1];
+}
+
 int64_t qlt_model_linear_params(const qlt_model_config *mc) {
-    int64_t h = mc->hidden, q = (int64_t)mc->n_heads * mc->head_dim, kv = (int64_t)mc->n_kv_heads * mc->head_dim;
-    int64_t per_layer = h * q + 2 * h * kv + q * h + 3 * h * (int64_t)mc->intermediate;
+    int64_t per_layer = 0;
+    for (int p = 0; p < 7; p++) {
+        int64_t rows, cols;
+        qlt_model_proj_shape(mc, p, &rows, &cols);
+        per_layer += rows * cols;
+    }
     return per_layer * mc->n_layers;
 }
 

@@ -46,6 +46,8 @@ int qlt_model_config_load(qlt_model_config *mc, const char *dir);
 int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const char *path);
 /* inv_freq[i], i < head_dim/2, with the config's RoPE scaling applied (as transformers computes it). */
 void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq);
+/* Shape [rows = out_features, cols = in_features] of projection p (0..6: q, k, v, o, gate, up, down). */
+void qlt_model_proj_shape(const qlt_model_config *mc, int p, int64_t *rows, int64_t *cols);
 /* Parameter counts. */
 int64_t qlt_model_linear_params(const qlt_model_config *mc);  /* q,k,v,o,gate,up,down over all layers */
 int64_t qlt_model_total_params(const qlt_model_config *mc);

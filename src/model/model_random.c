@@ -49,11 +49,13 @@ int qlt_model_init_random(qlt_model *m, qlt_backend *be, const qlt_model_config 
     int blocksize = opts && opts->nf4 ? opts->nf4_blocksize : 0;
     int dq = opts ? opts->double_quant : 0;
     m->quantized = blocksize > 0;
-    int64_t h = c->hidden, qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
-    int64_t inter = c->intermediate;
-    int64_t biggest = (int64_t)c->vocab * h;
-    if (inter * h > biggest) biggest = inter * h;
-    if (qd * h > biggest) biggest = qd * h;
+    int64_t h = c->hidden;
+    int64_t biggest = (int64_t)c->vocab * h; /* the host buffer holds the largest tensor */
+    for (int p = 0; p < QLT_PROJ_COUNT; p++) {
+        int64_t rows, cols;
+        qlt_model_proj_shape(c, p, &rows, &cols);
+        if (rows * cols > biggest) biggest = rows * cols;
+    }
     float *host = qlt_xmalloc(sizeof(float) * (size_t)biggest);
     qlt_rng rng;
     qlt_rng_seed(&rng, seed);
@@ -67,25 +69,22 @@ int qlt_model_init_random(qlt_model *m, qlt_backend *be, const qlt_model_config 
     }
     if (!(m->final_norm = const_vector(m, h, 1.0f))) goto oom;
     m->layers = qlt_xcalloc((size_t)c->n_layers, sizeof *m->layers);
-    const int64_t shape[QLT_PROJ_COUNT][2] = {{qd, h}, {kvd, h}, {kvd, h}, {h, qd}, {inter, h}, {inter, h}, {h, inter}};
     for (int l = 0; l < c->n_layers; l++) {
         qlt_layer *L = &m->layers[l];
         if (!(L->attn_norm = const_vector(m, h, 1.0f)) || !(L->mlp_norm = const_vector(m, h, 1.0f))) goto oom;
-        for (int p = 0; p < QLT_PROJ_COUNT; p++)
-            if (random_matrix(m, &L->proj[p], shape[p][0], shape[p][1], blocksize, dq, &rng, host)) goto done;
+        for (int p = 0; p < QLT_PROJ_COUNT; p++) {
+            int64_t rows, cols;
+            qlt_model_proj_shape(c, p, &rows, &cols);
+            if (random_matrix(m, &L->proj[p], rows, cols, blocksize, dq, &rng, host)) goto done;
+        }
         if (c->attention_bias)
             for (int p = 0; p < 3; p++)
-                if (!(L->bias[p] = const_vector(m, shape[p][0], 0.0f))) goto oom;
+                if (!(L->bias[p] = const_vector(m, L->proj[p].rows, 0.0f))) goto oom;
         if (c->qk_norm && (!(L->q_norm = const_vector(m, c->head_dim, 1.0f)) ||
                            !(L->k_norm = const_vector(m, c->head_dim, 1.0f))))
             goto oom;
     }
-    float *inv = qlt_xmalloc(sizeof(float) * (size_t)(c->head_dim / 2));
-    qlt_model_rope_inv_freq(c, inv);
-    m->inv_freq = be->alloc(be, sizeof(float) * (size_t)(c->head_dim / 2));
-    if (m->inv_freq) be->upload(be, m->inv_freq, inv, sizeof(float) * (size_t)(c->head_dim / 2));
-    free(inv);
-    if (!m->inv_freq) goto oom;
+    if (qlt_model_upload_rope(m)) goto done;
     rc = 0;
     goto done;
 oom:
