@@ -11,11 +11,7 @@
 
 #include <stdint.h>
 
-#if defined(__CUDACC__)
-#define QLT_NF4_HD static __host__ __device__ __forceinline__
-#else
-#define QLT_NF4_HD static inline
-#endif
+#include "common/hostdev.h"
 
 #if defined(__CUDA_ARCH__)
 #define QLT_NF4_MIDPOINT(a, b) __fmul_rn(__fadd_rn((a), (b)), 0.5f)
@@ -23,7 +19,7 @@
 #define QLT_NF4_MIDPOINT(a, b) (((a) + (b)) * 0.5f)
 #endif
 
-QLT_NF4_HD uint8_t qlt_nf4_tree_code(float x) {
+QLT_HD uint8_t qlt_nf4_tree_code(float x) {
     if (x > 0.03979014977812767f)
         if (x > 0.3893125355243683f)
             if (x > 0.6427869200706482f)
@@ -45,7 +41,7 @@ QLT_NF4_HD uint8_t qlt_nf4_tree_code(float x) {
         return x > -0.8480964004993439f ? 1 : 0;
 }
 
-QLT_NF4_HD uint8_t qlt_nf4_dynamic_search(const float *code, float x) {
+QLT_HD uint8_t qlt_nf4_dynamic_search(const float *code, float x) {
     int pivot = 127, upper_pivot = 255, lower_pivot = 0;
     float lower = -1.0f, upper = 1.0f;
     float val = code[pivot];

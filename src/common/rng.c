@@ -1,12 +1,9 @@
 /* rng.c: xoshiro256** (Blackman & Vigna), see rng.h. */
 #include "common/rng.h"
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+#include "common/counter_hash.h"
+
+static uint64_t splitmix64(uint64_t *x) { return qlt_splitmix_finalize(*x += 0x9e3779b97f4a7c15ull); }
 
 void qlt_rng_seed(qlt_rng *r, uint64_t seed) {
     for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);

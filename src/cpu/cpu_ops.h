@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "common/counter_hash.h"
+
 /* C[M,N] = alpha * op(A) . op(B) + beta * C, op(X) = X or X^T (trans_* = 1), with leading dimensions.
  * Dot products accumulate in double. */
 void qlt_cpu_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
@@ -29,10 +31,7 @@ void qlt_cpu_attention_bwd(float *dq, float *dk, float *dv, float *scratch, cons
                            int head_dim, float scale);
 void qlt_cpu_swiglu_fwd(float *h, const float *gate, const float *up, int64_t count);
 void qlt_cpu_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *gate, const float *up, int64_t count);
-/* Keep-mask hash shared with CUDA: 1 when element (seed, index) is kept at drop probability p. */
-int qlt_dropout_keep(uint64_t seed, uint64_t index, float p);
-/* The mask seed of one dropout site: the step's seed mixed with the site's salt (layer, projection). */
-uint64_t qlt_dropout_seed(uint64_t step_seed, uint64_t salt);
+/* Dropout with the keep-mask of common/counter_hash.h (qlt_dropout_keep, qlt_dropout_seed). */
 void qlt_cpu_dropout(float *out, const float *x, int64_t count, float p, uint64_t seed);
 /* Fused lm_head + cross-entropy; w [V, D]; scratch double [n*V + n] (logit rows, then per-token losses);
  * returns the loss sum (double). dx may be NULL. */

@@ -1,6 +1,7 @@
 /* elementwise.cu: the memory-bound ops: embed, RoPE, SwiGLU, add, copy, dropout, zero, and the small
  * conversions other files use (fp32/fp16 -> bf16, bf16 hi/lo split, bias add). bf16 in and out, fp32
  * math; one thread per element (or element pair) with grid-stride loops. */
+#include "common/counter_hash.h"
 #include "cuda/cuda_common.h"
 
 /* ---- embed ---- */
@@ -139,28 +140,14 @@ void qlt_cuda_zero(qlt_backend *be, void *p, size_t bytes) {
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_impl_of(be)->stream));
 }
 
-/* ---- dropout: the device twin of qlt_dropout_keep (src/cpu/dropout.c), identical integer math ---- */
-
-static __device__ __forceinline__ bool dropout_keep(uint64_t seed, uint64_t index, float p) {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (index + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    double u = (double)(z >> 11) * (1.0 / 9007199254740992.0); /* exact: 53-bit integer times 2^-53 */
-    return u >= (double)p;
-}
-
-/* the twin of qlt_dropout_seed: the step's seed (read from device memory) mixed with the site's salt */
-static __device__ __forceinline__ uint64_t dropout_site_seed(uint64_t step_seed, uint64_t salt) {
-    return step_seed ^ (0xd1b54a32d192ed03ull * (salt + 1));
-}
+/* ---- dropout: the keep-mask of common/counter_hash.h, shared with the CPU reference ---- */
 
 static __global__ void dropout_kernel(bf16 *out, const bf16 *x, int64_t count, float p, float inv_keep,
                                       const uint64_t *step_seed, uint64_t salt) {
-    const uint64_t seed = dropout_site_seed(*step_seed, salt);
+    const uint64_t seed = qlt_dropout_seed(*step_seed, salt); /* the step's seed lives in device memory */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         float v = __bfloat162float(x[i]);
-        out[i] = __float2bfloat16(dropout_keep(seed, (uint64_t)i, p) ? v * inv_keep : 0.0f);
+        out[i] = __float2bfloat16(qlt_dropout_keep(seed, (uint64_t)i, p) ? v * inv_keep : 0.0f);
     }
 }
 
@@ -177,11 +164,7 @@ void qlt_cuda_dropout(qlt_backend *be, void *out, const void *x, int64_t count, 
 
 static __global__ void fill_random_kernel(bf16 *out, int64_t count, uint64_t seed) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
-        uint64_t z = seed + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        out[i] = __float2bfloat16((float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
+        out[i] = __float2bfloat16((float)(qlt_counter_hash(seed, (uint64_t)i) >> 40) * (2.0f / 16777216.0f) - 1.0f);
     }
 }
 

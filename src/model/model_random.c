@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/counter_hash.h"
 #include "common/error.h"
 #include "common/rng.h"
 #include "io/fileutil.h"
@@ -17,11 +18,7 @@ static void fill_random(float *x, int64_t n, float std, uint64_t seed) {
     const float scale = std * 1.7320508f * (2.0f / 16777216.0f);
 #pragma omp parallel for schedule(static) if (n > 1 << 20)
     for (int64_t i = 0; i < n; i++) {
-        uint64_t z = seed + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        x[i] = ((float)(z >> 40) - 8388608.0f) * scale;
+        x[i] = ((float)(qlt_counter_hash(seed, (uint64_t)i) >> 40) - 8388608.0f) * scale;
     }
 }
 

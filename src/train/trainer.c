@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/counter_hash.h"
 #include "common/error.h"
 #include "common/rng.h"
 #include "io/fileutil.h"
@@ -27,10 +28,7 @@ static int getenv_flag(const char *name) {
 }
 
 static uint64_t mix64(uint64_t a, uint64_t b) {
-    uint64_t z = a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return qlt_splitmix_finalize(a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2)));
 }
 
 /* The row order of an epoch is a pure function of (seed, epoch): resuming needs only epoch + cursor. */
