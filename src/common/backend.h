@@ -158,9 +158,9 @@ struct qlt_backend {
     /* out = a + b (out may alias a or b) */
     void (*add)(qlt_backend *be, void *out, const void *a, const void *b, int64_t count);
     /* Inverted dropout: out = x * keep / (1 - p), keep = qlt_dropout_keep(qlt_dropout_seed(*seed, salt), i, p)
-     * (common/counter_hash.h, shared by both backends), a counter hash, so the backward regenerates the same mask. *seed is backend
-     * memory (the host updates it before each step; a captured graph replays with new seeds). out may
-     * alias x. */
+     * (common/counter_hash.h, shared by both backends): a counter hash, so the backward regenerates the
+     * same mask. *seed is backend memory (the host updates it before each step; a captured graph replays
+     * with new seeds). out may alias x. */
     void (*dropout)(qlt_backend *be, void *out, const void *x, int64_t count, float p, const uint64_t *seed,
                     uint64_t salt);
     /* Fused lm_head + cross-entropy over N tokens: logits = x . W^T (W [V, D]); for targets[t] != -100,
