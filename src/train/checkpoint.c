@@ -33,21 +33,6 @@ static int replace_dir(const char *tmp, const char *final_dir) {
     return rc;
 }
 
-static int write_adapter_into(const qlt_trainer *t, const char *dir) {
-    return qlt_lora_save_peft(&t->lora, &t->model.cfg, t->cfg->model.path, dir);
-}
-
-int qlt_adapter_save(const qlt_trainer *t, const char *dir) {
-    char *tmp = tmp_sibling(dir);
-    qlt_remove_tree(tmp);
-    int rc = qlt_mkdirs(tmp);
-    if (rc == 0) rc = write_adapter_into(t, tmp);
-    if (rc == 0) rc = replace_dir(tmp, dir);
-    if (rc != 0) qlt_remove_tree(tmp);
-    free(tmp);
-    return rc;
-}
-
 static int write_optimizer(const qlt_trainer *t, const char *dir) {
     size_t bytes = sizeof(float) * (size_t)t->lora.n_params;
     float *m = qlt_xmalloc(bytes), *v = qlt_xmalloc(bytes);
@@ -92,25 +77,32 @@ static int write_state(const qlt_trainer *t, const char *dir) {
     return rc;
 }
 
-int qlt_checkpoint_save(const qlt_trainer *t, const char *dir) {
+/* Writes the adapter (and, for a checkpoint, the optimizer state, the effective config and the trainer
+ * state, last) into a temporary sibling of dir, then renames it over dir: dir is complete or untouched. */
+static int save_dir(const qlt_trainer *t, const char *dir, int checkpoint) {
     char *tmp = tmp_sibling(dir);
     qlt_remove_tree(tmp);
     int rc = qlt_mkdirs(tmp);
-    if (rc == 0) rc = write_adapter_into(t, tmp);
-    if (rc == 0) rc = write_optimizer(t, tmp);
-    if (rc == 0) {
-        char *cfg_path = qlt_path_join(tmp, "run_config.json");
-        rc = qlt_config_write_json(t->cfg, cfg_path);
-        free(cfg_path);
+    if (rc == 0) rc = qlt_lora_save_peft(&t->lora, &t->model.cfg, t->cfg->model.path, tmp);
+    if (rc == 0 && checkpoint) {
+        rc = write_optimizer(t, tmp);
+        if (rc == 0) {
+            char *cfg_path = qlt_path_join(tmp, "run_config.json");
+            rc = qlt_config_write_json(t->cfg, cfg_path);
+            free(cfg_path);
+        }
+        if (rc == 0) rc = write_state(t, tmp); /* last: its presence marks a complete checkpoint */
     }
-    if (rc == 0) rc = write_state(t, tmp); /* last: its presence marks a complete checkpoint */
     if (rc == 0) rc = replace_dir(tmp, dir);
-    if (rc != 0) {
-        qlt_remove_tree(tmp);
-        qlt_fail_context("saving checkpoint %s", dir);
-    }
+    if (rc != 0) qlt_remove_tree(tmp);
     free(tmp);
     return rc;
+}
+
+int qlt_adapter_save(const qlt_trainer *t, const char *dir) { return save_dir(t, dir, 0); }
+
+int qlt_checkpoint_save(const qlt_trainer *t, const char *dir) {
+    return save_dir(t, dir, 1) == 0 ? 0 : qlt_fail_context("saving checkpoint %s", dir);
 }
 
 static int state_int(const cJSON *s, const char *key, const char *path, int64_t *out) {
