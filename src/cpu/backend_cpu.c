@@ -118,25 +118,19 @@ static int cpu_weight_create(qlt_backend *be, qlt_weight *w, const void *host, q
     w->rows = rows;
     w->cols = cols;
     int64_t numel = rows * cols;
-    float *dense = qlt_xmalloc(sizeof(float) * (size_t)numel);
-    qlt_convert_to_f32(dense, host, dtype, (size_t)numel);
-    if (nf4_blocksize <= 0) {
+    if (nf4_blocksize <= 0) { /* float32, converted straight into the weight's own memory */
         w->format = QLT_WFORMAT_F32;
         w->data = cpu_alloc(be, sizeof(float) * (size_t)numel);
-        if (!w->data) {
-            free(dense);
-            return qlt_fail("out of host memory for a [%lld, %lld] weight", (long long)rows, (long long)cols);
-        }
-        memcpy(w->data, dense, sizeof(float) * (size_t)numel);
-        free(dense);
+        if (!w->data) return qlt_fail("out of host memory for a [%lld, %lld] weight", (long long)rows, (long long)cols);
+        qlt_convert_to_f32(w->data, host, dtype, (size_t)numel);
         return 0;
     }
-    w->format = QLT_WFORMAT_NF4;
     QLT_TRY(qlt_nf4_check_blocksize(nf4_blocksize));
-    if (qlt_nf4_alloc_host(&w->nf4, numel, nf4_blocksize, double_quant) != 0) {
-        free(dense);
-        return -1;
-    }
+    w->format = QLT_WFORMAT_NF4;
+    QLT_TRY(qlt_nf4_alloc_host(&w->nf4, numel, nf4_blocksize, double_quant));
+    /* float32 first: the stored tensor may sit unaligned in the mapped file */
+    float *dense = qlt_xmalloc(sizeof(float) * (size_t)numel);
+    qlt_convert_to_f32(dense, host, dtype, (size_t)numel);
     qlt_nf4_quantize_f32(&w->nf4, dense);
     free(dense);
     return cpu_reserve_dequant(be, numel);
