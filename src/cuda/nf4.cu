@@ -228,9 +228,6 @@ static __device__ __forceinline__ void dequantize_chunk(const nf4_dq_args &a, T 
  * block scales) are issued before either is stored, so twice the bytes are in flight (measured: 82-84% of
  * copy with one chunk, 86-88% with two). fp32 outputs use nf4_dequantize_f32_kernel below. 8 values never
  * straddle a quantization block. */
-template <typename T>
-struct dq_chunks { static constexpr int value = sizeof(T) == 2 ? 2 : 1; };
-
 template <typename T, bool NESTED>
 static __global__ void __launch_bounds__(256) nf4_dequantize_kernel(nf4_dq_args a, T *__restrict__ out) {
     __shared__ float lut[16];
@@ -240,7 +237,7 @@ static __global__ void __launch_bounds__(256) nf4_dequantize_kernel(nf4_dq_args 
     const int64_t total = (int64_t)gridDim.x * blockDim.x;
     const int64_t c0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, c1 = c0 + total;
     const uint32_t *words = reinterpret_cast<const uint32_t *>(a.codes);
-    const bool has0 = c0 < chunks, has1 = dq_chunks<T>::value == 2 && c1 < chunks;
+    const bool has0 = c0 < chunks, has1 = c1 < chunks;
     /* the last chunk may be partial: read it byte by byte in dequantize_chunk, not as a whole word */
     uint32_t w0 = has0 && c0 * 8 + 8 <= a.n ? __ldg(words + c0) : 0u;
     uint32_t w1 = has1 && c1 * 8 + 8 <= a.n ? __ldg(words + c1) : 0u;
@@ -261,22 +258,8 @@ static __global__ void __launch_bounds__(256) nf4_dequantize_f32_kernel(nf4_dq_a
     const int64_t e = t * 8;
     if (e >= a.n) return;
     const float s = block_scale<NESTED>(a, e >> a.log2_blocksize);
-    if (e + 8 <= a.n) {
-        const uint32_t w = __ldg(reinterpret_cast<const uint32_t *>(a.codes) + t);
-        float v[8];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            uint32_t byte = (w >> (8 * j)) & 0xffu;
-            v[2 * j] = mul_ftz(lut[byte >> 4], s);
-            v[2 * j + 1] = mul_ftz(lut[byte & 0x0f], s);
-        }
-        store8(out + e, v);
-    } else {
-        for (int64_t i = e; i < a.n; i++) {
-            uint8_t byte = a.codes[i / 2];
-            store1(out + i, mul_ftz(lut[(i & 1) ? (byte & 0x0f) : (byte >> 4)], s));
-        }
-    }
+    const uint32_t w = e + 8 <= a.n ? __ldg(reinterpret_cast<const uint32_t *>(a.codes) + t) : 0u;
+    dequantize_chunk<float, NESTED>(a, out, lut, t, w, s);
 }
 
 /* Unaligned pointers: one thread per value. */
@@ -334,13 +317,12 @@ template <typename T, bool NESTED>
 static int launch_dequantize(const nf4_dq_args &a, T *out, cudaStream_t stream) {
     const int block = 256;
     const bool aligned = ((uintptr_t)a.codes % 4 == 0) && ((uintptr_t)out % 16 == 0);
-    if (aligned && sizeof(T) == 4)
-        nf4_dequantize_f32_kernel<NESTED><<<grid_for((a.n + 7) / 8, block), block, 0, stream>>>(a, (float *)out);
-    else if (aligned)
-        nf4_dequantize_kernel<T, NESTED><<<grid_for(((a.n + 7) / 8 + dq_chunks<T>::value - 1) / dq_chunks<T>::value,
-                                                    block), block, 0, stream>>>(a, out);
-    else
+    if (!aligned)
         nf4_dequantize_scalar_kernel<T, NESTED><<<grid_for(a.n, block), block, 0, stream>>>(a, out);
+    else if constexpr (sizeof(T) == 4)
+        nf4_dequantize_f32_kernel<NESTED><<<grid_for((a.n + 7) / 8, block), block, 0, stream>>>(a, out);
+    else
+        nf4_dequantize_kernel<T, NESTED><<<grid_for(((a.n + 7) / 8 + 1) / 2, block), block, 0, stream>>>(a, out);
     NF4_CUDA_CHECK(cudaGetLastError());
     return 0;
 }
