@@ -156,38 +156,113 @@ int qlt_ag_rmsnorm(qlt_graph *g, int x, const float *w, int64_t n, int64_t d, fl
     return y;
 }
 
-int qlt_ag_linear(qlt_graph *g, int x, const qlt_weight *w, const float *bias, const qlt_lora_ref *lora, int64_t n) {
+/* Pointer to element `elems` of an act buffer. */
+static void *act_at(const qlt_graph *g, void *base, int64_t elems) {
+    return (char *)base + act_bytes(g, elems);
+}
+
+/* The LoRA site of adapter j of a linear node: its output columns and, in the backward, their gradient. */
+static qlt_lora_site lora_site(const qlt_graph *g, const qlt_node *node, int j) {
+    int i = node->u.linear.lora_of[j];
+    const qlt_lora_ref *l = &node->u.linear.lora[j];
+    qlt_lora_site s;
+    s.out = node->u.linear.w[i]->rows;
+    s.a = l->a;
+    s.b = l->b;
+    s.da = l->da;
+    s.db = l->db;
+    if (node->u.linear.stacked) {
+        int64_t col = 0, ld = 0;
+        for (int p = 0; p < node->u.linear.k; p++) {
+            if (p < i) col += node->u.linear.w[p]->rows;
+            ld += node->u.linear.w[p]->rows;
+        }
+        const qlt_value *y = &g->values[node->u.linear.outs[0]];
+        s.y = act_at(g, y->data, col);
+        s.dy = y->grad ? act_at(g, y->grad, col) : NULL;
+        s.ld = ld;
+    } else {
+        const qlt_value *y = &g->values[node->u.linear.outs[i]];
+        s.y = y->data;
+        s.dy = y->grad;
+        s.ld = s.out;
+    }
+    return s;
+}
+
+void qlt_ag_linear_group(qlt_graph *g, int x, int k, const qlt_weight *const *w, const float *const *bias,
+                         const qlt_lora_ref *const *lora, int stacked, int64_t n, int *outs) {
     qlt_backend *be = g->be;
+    QLT_ASSERT(k >= 1 && k <= QLT_STACK_MAX);
     qlt_graph_tick(g);
-    int y = qlt_graph_value(g, NULL, n * w->rows, g->values[x].needs_grad || lora != NULL);
     qlt_node *node = push_node(g, QLT_NODE_LINEAR);
     node->in[0] = x;
-    node->out = y;
-    node->u.linear.w = w;
+    node->u.linear.k = k;
+    node->u.linear.stacked = stacked;
     node->u.linear.n = n;
-    qlt_graph_phase(g, QLT_PHASE_FWD_GEMM);
-    if (RUN) be->linear_fwd(be, g->values[y].data, g->values[x].data, w, bias, n);
-    TOUCH(g->values[y].data);
-    TOUCH(g->values[x].data);
-    if (lora) {
-        node->u.linear.has_lora = 1;
-        node->u.linear.lora = *lora;
-        node->u.linear.u = qlt_graph_alloc(g, sizeof(float) * (size_t)(n * lora->r));
-        const void *xin = g->values[x].data;
-        if (lora->dropout > 0) {
-            node->u.linear.x_drop = qlt_graph_alloc(g, act_bytes(g, n * w->cols));
-            qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
-            if (RUN) be->dropout(be, node->u.linear.x_drop, xin, n * w->cols, lora->dropout, lora->dropout_seed, lora->dropout_salt);
-            xin = node->u.linear.x_drop;
+    int64_t rows = 0;
+    for (int i = 0; i < k; i++) {
+        QLT_ASSERT(w[i]->cols == w[0]->cols && (!stacked || !bias || !bias[i]));
+        node->u.linear.w[i] = w[i];
+        rows += w[i]->rows;
+        if (lora && lora[i]) {
+            int j = node->u.linear.n_lora++;
+            node->u.linear.lora_of[j] = i;
+            node->u.linear.lora[j] = *lora[i];
         }
-        qlt_graph_phase(g, QLT_PHASE_LORA);
-        if (RUN)
-            be->lora_fwd(be, g->values[y].data, node->u.linear.u, xin, lora->a, lora->b, n, w->cols, w->rows, lora->r,
-                         lora->scale);
-        TOUCH(node->u.linear.u);
-        TOUCH(node->u.linear.x_drop);
     }
-    return y;
+    int has_lora = node->u.linear.n_lora > 0, x_grad = g->values[x].needs_grad;
+    qlt_graph_phase(g, QLT_PHASE_FWD_GEMM);
+    if (stacked) {
+        outs[0] = qlt_graph_value(g, NULL, n * rows, x_grad || has_lora);
+        node->u.linear.outs[0] = outs[0];
+        if (RUN) be->linear_fwd(be, g->values[outs[0]].data, g->values[x].data, w, k, NULL, n);
+        TOUCH(g->values[outs[0]].data);
+    } else {
+        for (int i = 0; i < k; i++) {
+            int has = 0;
+            for (int j = 0; j < node->u.linear.n_lora; j++) has |= node->u.linear.lora_of[j] == i;
+            outs[i] = qlt_graph_value(g, NULL, n * w[i]->rows, x_grad || has);
+            node->u.linear.outs[i] = outs[i];
+            if (RUN) be->linear_fwd(be, g->values[outs[i]].data, g->values[x].data, &w[i], 1, bias ? bias[i] : NULL, n);
+            TOUCH(g->values[outs[i]].data);
+        }
+    }
+    node->out = node->u.linear.outs[0];
+    TOUCH(g->values[x].data);
+    if (!has_lora) return;
+    int nl = node->u.linear.n_lora, r = node->u.linear.lora[0].r;
+    float scale = node->u.linear.lora[0].scale, p = node->u.linear.lora[0].dropout;
+    for (int j = 1; j < nl; j++)
+        QLT_ASSERT(node->u.linear.lora[j].r == r && node->u.linear.lora[j].scale == scale &&
+                   node->u.linear.lora[j].dropout == p);
+    node->u.linear.u = qlt_graph_alloc(g, sizeof(float) * (size_t)(n * nl * r));
+    TOUCH(node->u.linear.u);
+    int64_t in = w[0]->cols;
+    if (p > 0) {
+        /* each adapter has its own dropout mask: its own input, its own x.A^T */
+        for (int j = 0; j < nl; j++) {
+            const qlt_lora_ref *l = &node->u.linear.lora[j];
+            void *xd = node->u.linear.x_drop[j] = qlt_graph_alloc(g, act_bytes(g, n * in));
+            TOUCH(xd);
+            qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
+            if (RUN) be->dropout(be, xd, g->values[x].data, n * in, p, l->dropout_seed, l->dropout_salt);
+            qlt_graph_phase(g, QLT_PHASE_LORA);
+            qlt_lora_site site = lora_site(g, node, j);
+            if (RUN) be->lora_fwd(be, &site, 1, node->u.linear.u + (int64_t)j * n * r, xd, n, in, r, scale);
+        }
+        return;
+    }
+    qlt_lora_site sites[QLT_STACK_MAX];
+    for (int j = 0; j < nl; j++) sites[j] = lora_site(g, node, j);
+    qlt_graph_phase(g, QLT_PHASE_LORA);
+    if (RUN) be->lora_fwd(be, sites, nl, node->u.linear.u, g->values[x].data, n, in, r, scale);
+}
+
+int qlt_ag_linear(qlt_graph *g, int x, const qlt_weight *w, const float *bias, const qlt_lora_ref *lora, int64_t n) {
+    int out;
+    qlt_ag_linear_group(g, x, 1, &w, &bias, &lora, bias == NULL, n, &out);
+    return out;
 }
 
 int qlt_ag_rope(qlt_graph *g, int x, const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim) {
@@ -239,19 +314,44 @@ int qlt_ag_attention(qlt_graph *g, int q, int k, int v, const int32_t *seg_start
     return o;
 }
 
-int qlt_ag_swiglu(qlt_graph *g, int gate, int up) {
-    QLT_ASSERT(g->values[gate].count == g->values[up].count);
+int qlt_ag_head_norm_rope(qlt_graph *g, int x, const float *w, const int32_t *pos, const float *inv_freq, int64_t n,
+                          int heads, int head_dim, float eps) {
     qlt_graph_tick(g);
-    int h = qlt_graph_value(g, NULL, g->values[gate].count, g->values[gate].needs_grad || g->values[up].needs_grad);
-    qlt_node *node = push_node(g, QLT_NODE_SWIGLU);
-    node->in[0] = gate;
-    node->in[1] = up;
-    node->out = h;
+    int y = qlt_graph_value(g, NULL, g->values[x].count, g->values[x].needs_grad);
+    float *rstd = qlt_graph_alloc(g, sizeof(float) * (size_t)(n * heads));
+    qlt_node *node = push_node(g, QLT_NODE_HEAD_NORM_ROPE);
+    node->in[0] = x;
+    node->out = y;
+    node->u.hnr.rstd = rstd;
+    node->u.hnr.w = w;
+    node->u.hnr.pos = pos;
+    node->u.hnr.inv_freq = inv_freq;
+    node->u.hnr.n = n;
+    node->u.hnr.heads = heads;
+    node->u.hnr.head_dim = head_dim;
     qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
-    if (RUN) g->be->swiglu_fwd(g->be, g->values[h].data, g->values[gate].data, g->values[up].data, g->values[h].count);
+    if (RUN)
+        g->be->head_norm_rope_fwd(g->be, g->values[y].data, rstd, g->values[x].data, w, pos, inv_freq, n, heads,
+                                  head_dim, eps);
+    TOUCH(g->values[y].data);
+    TOUCH(rstd);
+    TOUCH(g->values[x].data);
+    return y;
+}
+
+int qlt_ag_swiglu(qlt_graph *g, int gu, int64_t n, int64_t inter) {
+    QLT_ASSERT(g->values[gu].count == n * 2 * inter);
+    qlt_graph_tick(g);
+    int h = qlt_graph_value(g, NULL, n * inter, g->values[gu].needs_grad);
+    qlt_node *node = push_node(g, QLT_NODE_SWIGLU);
+    node->in[0] = gu;
+    node->out = h;
+    node->u.swiglu.n = n;
+    node->u.swiglu.inter = inter;
+    qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
+    if (RUN) g->be->swiglu_fwd(g->be, g->values[h].data, g->values[gu].data, n, inter);
     TOUCH(g->values[h].data);
-    TOUCH(g->values[gate].data);
-    TOUCH(g->values[up].data);
+    TOUCH(g->values[gu].data);
     return h;
 }
 
@@ -268,6 +368,38 @@ int qlt_ag_add(qlt_graph *g, int a, int b) {
     TOUCH(g->values[y].data);
     TOUCH(g->values[a].data);
     TOUCH(g->values[b].data);
+    return y;
+}
+
+int qlt_ag_add_rmsnorm(qlt_graph *g, int a, int b, const float *w, int64_t n, int64_t d, float eps, int *sum) {
+    QLT_ASSERT(g->values[a].count == n * d && g->values[b].count == n * d);
+    /* the same two nodes qlt_ag_add and qlt_ag_rmsnorm record, run by one fused kernel */
+    qlt_graph_tick(g);
+    int s = qlt_graph_value(g, NULL, n * d, g->values[a].needs_grad || g->values[b].needs_grad);
+    qlt_node *add = push_node(g, QLT_NODE_ADD);
+    add->in[0] = a;
+    add->in[1] = b;
+    add->out = s;
+    qlt_graph_tick(g);
+    int y = qlt_graph_value(g, NULL, n * d, g->values[s].needs_grad);
+    float *rstd = qlt_graph_alloc(g, sizeof(float) * (size_t)n);
+    qlt_node *norm = push_node(g, QLT_NODE_RMSNORM);
+    norm->in[0] = s;
+    norm->out = y;
+    norm->u.norm.rstd = rstd;
+    norm->u.norm.w = w;
+    norm->u.norm.n = n;
+    norm->u.norm.d = d;
+    qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
+    if (RUN)
+        g->be->add_rmsnorm_fwd(g->be, g->values[s].data, g->values[y].data, rstd, g->values[a].data,
+                               g->values[b].data, w, n, d, eps);
+    TOUCH(g->values[a].data);
+    TOUCH(g->values[b].data);
+    TOUCH(g->values[s].data);
+    TOUCH(g->values[y].data);
+    TOUCH(rstd);
+    *sum = s;
     return y;
 }
 
@@ -300,39 +432,95 @@ static float grad_beta(qlt_graph *g, int v) {
 
 static void backward_linear(qlt_graph *g, const qlt_node *node) {
     qlt_backend *be = g->be;
-    const qlt_value *y = &g->values[node->out];
-    int x = node->in[0];
+    int x = node->in[0], k = node->u.linear.k, nl = node->u.linear.n_lora;
     int want_dx = g->values[x].needs_grad;
-    const qlt_weight *w = node->u.linear.w;
-    int64_t n = node->u.linear.n;
+    const qlt_weight *const *w = node->u.linear.w;
+    int64_t n = node->u.linear.n, in = w[0]->cols;
+    for (int j = 0; j < nl; j++) /* an adapter's output without a gradient would need a zero buffer */
+        QLT_ASSERT(g->values[node->u.linear.outs[node->u.linear.stacked ? 0 : node->u.linear.lora_of[j]]].grad_ready);
     float beta = 0;
     if (want_dx) {
         beta = grad_beta(g, x);
         qlt_graph_phase(g, QLT_PHASE_BWD_GEMM);
-        if (RUN) be->linear_bwd_x(be, g->values[x].grad, y->grad, w, n, beta);
-    }
-    if (!node->u.linear.has_lora) return;
-    const qlt_lora_ref *l = &node->u.linear.lora;
-    float *scratch = qlt_graph_alloc(g, sizeof(float) * (size_t)(n * l->r));
-    TOUCH(scratch);
-    TOUCH(node->u.linear.u);
-    TOUCH(node->u.linear.x_drop);
-    qlt_graph_phase(g, QLT_PHASE_LORA);
-    if (l->dropout > 0) {
-        /* the LoRA input was dropout(x): its gradient passes back through the same mask */
-        void *dxl = want_dx ? qlt_graph_alloc(g, act_bytes(g, n * w->cols)) : NULL;
-        TOUCH(dxl);
-        if (RUN)
-            be->lora_bwd(be, dxl, l->da, l->db, scratch, y->grad, node->u.linear.x_drop, node->u.linear.u, l->a, l->b,
-                         n, w->cols, w->rows, l->r, l->scale, 0.0f);
-        if (want_dx && RUN) {
-            qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
-            be->dropout(be, dxl, dxl, n * w->cols, l->dropout, l->dropout_seed, l->dropout_salt);
-            be->add(be, g->values[x].grad, g->values[x].grad, dxl, n * w->cols);
+        if (node->u.linear.stacked) {
+            if (RUN) be->linear_bwd_x(be, g->values[x].grad, g->values[node->out].grad, w, k, n, beta);
+            beta = 1;
+        } else {
+            for (int i = 0; i < k; i++) {
+                const qlt_value *y = &g->values[node->u.linear.outs[i]];
+                if (!y->grad_ready) continue;
+                if (RUN) be->linear_bwd_x(be, g->values[x].grad, y->grad, &w[i], 1, n, beta);
+                beta = 1;
+            }
         }
-    } else if (RUN) {
-        be->lora_bwd(be, want_dx ? g->values[x].grad : NULL, l->da, l->db, scratch, y->grad, g->values[x].data,
-                     node->u.linear.u, l->a, l->b, n, w->cols, w->rows, l->r, l->scale, 1.0f);
+    }
+    if (nl == 0) return;
+    const qlt_lora_ref *l0 = &node->u.linear.lora[0];
+    int r = l0->r;
+    float *scratch = qlt_graph_alloc(g, sizeof(float) * (size_t)(n * nl * r));
+    TOUCH(scratch);
+    qlt_graph_phase(g, QLT_PHASE_LORA);
+    if (l0->dropout > 0) {
+        /* each adapter's input was its own dropout(x): its gradient passes back through the same mask */
+        void *dxl = want_dx ? qlt_graph_alloc(g, act_bytes(g, n * in)) : NULL;
+        TOUCH(dxl);
+        for (int j = 0; j < nl; j++) {
+            const qlt_lora_ref *l = &node->u.linear.lora[j];
+            qlt_lora_site site = lora_site(g, node, j);
+            qlt_graph_phase(g, QLT_PHASE_LORA);
+            if (!RUN) continue;
+            be->lora_bwd(be, &site, 1, scratch, node->u.linear.u + (int64_t)j * n * r, node->u.linear.x_drop[j], dxl,
+                         0.0f, n, in, r, l->scale);
+            if (!want_dx) continue;
+            qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
+            be->dropout(be, dxl, dxl, n * in, l->dropout, l->dropout_seed, l->dropout_salt);
+            be->add(be, g->values[x].grad, g->values[x].grad, dxl, n * in);
+        }
+        return;
+    }
+    qlt_lora_site sites[QLT_STACK_MAX];
+    for (int j = 0; j < nl; j++) sites[j] = lora_site(g, node, j);
+    if (RUN)
+        be->lora_bwd(be, sites, nl, scratch, node->u.linear.u, g->values[x].data, want_dx ? g->values[x].grad : NULL,
+                     beta, n, in, r, l0->scale);
+}
+
+/* Whether value v is an output of node (the one a backward handing out gradients may alias). */
+static int node_outputs(const qlt_node *node, int v) {
+    if (node->kind != QLT_NODE_LINEAR) return node->out == v;
+    int count = node->u.linear.stacked ? 1 : node->u.linear.k;
+    for (int i = 0; i < count; i++)
+        if (node->u.linear.outs[i] == v) return 1;
+    return 0;
+}
+
+/* ADD's backward: both inputs' gradients equal the output's. Instead of copying, an input takes the
+ * output's buffer itself when nothing else could write through it while another reader still needs it:
+ * - the first input (the residual stream) when its gradient has no buffer yet;
+ * - the second input when, besides, its producer is the node just before the add (so its backward, the
+ *   only reader of that gradient, runs right after this one, before anything accumulates into the
+ *   first input's gradient) and it is not the first input.
+ * Otherwise the gradient is copied (first contribution) or added (later ones). */
+static void backward_add(qlt_graph *g, const qlt_node *node) {
+    qlt_backend *be = g->be;
+    const qlt_value *y = &g->values[node->out];
+    int index = (int)(node - g->nodes);
+    for (int i = 0; i < 2; i++) {
+        int x = node->in[i];
+        qlt_value *xv = &g->values[x];
+        if (!xv->needs_grad) continue;
+        int alias = !xv->grad_ready && xv->grad == NULL;
+        if (i == 1) alias = alias && x != node->in[0] && index > 0 && node_outputs(&g->nodes[index - 1], x);
+        if (alias) {
+            xv->grad = y->grad;
+            xv->grad_ready = 1;
+            continue;
+        }
+        float beta = grad_beta(g, x);
+        qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
+        if (!RUN) continue;
+        if (beta != 0) be->add(be, xv->grad, xv->grad, y->grad, y->count);
+        else be->copy(be, xv->grad, y->grad, y->count);
     }
 }
 
@@ -347,13 +535,25 @@ static void touch_node(qlt_graph *g, const qlt_node *node) {
         TOUCH(g->values[node->in[i]].grad);
     }
     if (node->kind == QLT_NODE_RMSNORM) TOUCH(node->u.norm.rstd);
+    if (node->kind == QLT_NODE_HEAD_NORM_ROPE) TOUCH(node->u.hnr.rstd);
     if (node->kind == QLT_NODE_ATTENTION) TOUCH(node->u.attn.lse);
+    if (node->kind == QLT_NODE_LINEAR) {
+        for (int i = 0; i < (node->u.linear.stacked ? 1 : node->u.linear.k); i++) {
+            TOUCH(g->values[node->u.linear.outs[i]].data);
+            TOUCH(g->values[node->u.linear.outs[i]].grad);
+        }
+        TOUCH(node->u.linear.u);
+        for (int j = 0; j < node->u.linear.n_lora; j++) TOUCH(node->u.linear.x_drop[j]);
+    }
 }
 
 static void backward_node(qlt_graph *g, const qlt_node *node) {
     qlt_backend *be = g->be;
     qlt_value *y = &g->values[node->out];
-    if (!y->grad_ready) return; /* nothing flowed back into this op */
+    int ready = y->grad_ready;
+    if (node->kind == QLT_NODE_LINEAR && !node->u.linear.stacked)
+        for (int i = 1; i < node->u.linear.k; i++) ready |= g->values[node->u.linear.outs[i]].grad_ready;
+    if (!ready) return; /* nothing flowed back into this op */
     qlt_graph_tick(g);
     switch (node->kind) {
     case QLT_NODE_RMSNORM: {
@@ -399,28 +599,29 @@ static void backward_node(qlt_graph *g, const qlt_node *node) {
         break;
     }
     case QLT_NODE_SWIGLU: {
-        const int gate = node->in[0], up = node->in[1];
-        QLT_ASSERT(!g->values[gate].grad_ready && !g->values[up].grad_ready);
-        grad_beta(g, gate);
-        grad_beta(g, up);
+        /* gu's gradient overwrites gu (its only other reader, the gate+up linear, needs x and u, not gu) */
+        qlt_value *gu = &g->values[node->in[0]];
+        QLT_ASSERT(!gu->grad_ready);
+        if (!gu->grad) gu->grad = gu->data;
+        gu->grad_ready = 1;
+        qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
+        if (RUN) be->swiglu_bwd(be, gu->grad, y->grad, gu->data, node->u.swiglu.n, node->u.swiglu.inter);
+        break;
+    }
+    case QLT_NODE_HEAD_NORM_ROPE: {
+        /* x's gradient takes dy's buffer: the op runs in place */
+        qlt_value *x = &g->values[node->in[0]];
+        QLT_ASSERT(!x->grad_ready);
+        if (!x->grad) x->grad = y->grad;
+        x->grad_ready = 1;
         qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
         if (RUN)
-            be->swiglu_bwd(be, g->values[gate].grad, g->values[up].grad, y->grad, g->values[gate].data,
-                           g->values[up].data, y->count);
+            be->head_norm_rope_bwd(be, x->grad, y->grad, x->data, node->u.hnr.rstd, node->u.hnr.w, node->u.hnr.pos,
+                                   node->u.hnr.inv_freq, node->u.hnr.n, node->u.hnr.heads, node->u.hnr.head_dim);
         break;
     }
     case QLT_NODE_CUSTOM: node->u.custom.backward(g, node); break;
-    case QLT_NODE_ADD:
-        for (int i = 0; i < 2; i++) {
-            int x = node->in[i];
-            if (!g->values[x].needs_grad) continue;
-            float beta = grad_beta(g, x);
-            qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
-            if (!RUN) continue;
-            if (beta != 0) be->add(be, g->values[x].grad, g->values[x].grad, y->grad, y->count);
-            else be->copy(be, g->values[x].grad, y->grad, y->count);
-        }
-        break;
+    case QLT_NODE_ADD: backward_add(g, node); break;
     }
     touch_node(g, node);
 }

@@ -31,8 +31,9 @@ typedef struct qlt_value {
 
 typedef enum qlt_node_kind {
     QLT_NODE_RMSNORM = 0,
-    QLT_NODE_LINEAR,
+    QLT_NODE_LINEAR,         /* a stack of projections of one input (one weight, gate+up, or q/k/v) */
     QLT_NODE_ROPE,
+    QLT_NODE_HEAD_NORM_ROPE, /* Qwen3 q/k norm + RoPE, fused */
     QLT_NODE_ATTENTION,
     QLT_NODE_SWIGLU,
     QLT_NODE_ADD,
@@ -61,8 +62,20 @@ typedef struct qlt_node {
     int out;
     union {
         struct { float *rstd; const float *w; int64_t n, d; } norm;
-        struct { const qlt_weight *w; int64_t n; int has_lora; qlt_lora_ref lora; float *u; void *x_drop; } linear;
+        struct {
+            const qlt_weight *w[QLT_STACK_MAX];
+            int k, stacked;                     /* stacked: one output [n, sum rows]; else k outputs */
+            int outs[QLT_STACK_MAX];            /* output values (stacked: outs[0] only) */
+            int64_t n;
+            int n_lora;                         /* projections with an adapter ... */
+            int lora_of[QLT_STACK_MAX];         /* ... their weight index ... */
+            qlt_lora_ref lora[QLT_STACK_MAX];   /* ... and adapter */
+            float *u;                           /* [n, n_lora * r] (with dropout: n_lora blocks of [n, r]) */
+            void *x_drop[QLT_STACK_MAX];        /* dropout(x) per adapter, or NULL */
+        } linear;
         struct { const int32_t *pos; const float *inv_freq; int64_t n; int heads, head_dim; } rope;
+        struct { float *rstd; const float *w; const int32_t *pos; const float *inv_freq; int64_t n; int heads, head_dim; } hnr;
+        struct { int64_t n, inter; } swiglu;
         struct { float *lse; const int32_t *seg_start; int batch, seq, n_heads, n_kv_heads, head_dim; float scale; } attn;
         struct { qlt_custom_backward backward; const void *ctx[4]; int arg; } custom;
     } u;
@@ -112,12 +125,30 @@ void *qlt_graph_grad(qlt_graph *g, int v);
 int qlt_ag_rmsnorm(qlt_graph *g, int x, const float *w, int64_t n, int64_t d, float eps);
 /* y = x W^T (+ bias) (+ LoRA when lora != NULL) over n rows */
 int qlt_ag_linear(qlt_graph *g, int x, const qlt_weight *w, const float *bias, const qlt_lora_ref *lora, int64_t n);
+/* Projections of one input x: k <= QLT_STACK_MAX weights with the same cols, each with an optional bias
+ * (unstacked only) and LoRA (lora[i] may be NULL).
+ * stacked = 1: one output value [n, sum rows_i], one GEMM forward and one backward (gate+up);
+ * stacked = 0: one output value per weight in outs[i], one GEMM each (q/k/v, read as separate tensors).
+ * The adapters form one group: x.A^T, dA and the adapters' dx are one product each for all of them
+ * (x read once), unless LoRA dropout is on (each adapter then has its own mask and runs alone). */
+void qlt_ag_linear_group(qlt_graph *g, int x, int k, const qlt_weight *const *w, const float *const *bias,
+                         const qlt_lora_ref *const *lora, int stacked, int64_t n, int *outs);
 /* rotates x in place; the output value shares x's storage */
 int qlt_ag_rope(qlt_graph *g, int x, const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim);
 int qlt_ag_attention(qlt_graph *g, int q, int k, int v, const int32_t *seg_start, int batch, int seq, int n_heads,
                      int n_kv_heads, int head_dim, float scale);
-int qlt_ag_swiglu(qlt_graph *g, int gate, int up);
+/* Qwen3's per-head norm fused with RoPE: y = rope(rmsnorm(x) * w) on x [n, heads, head_dim]. */
+int qlt_ag_head_norm_rope(qlt_graph *g, int x, const float *w, const int32_t *pos, const float *inv_freq, int64_t n,
+                          int heads, int head_dim, float eps);
+/* h [n, inter] = silu(gate) * up from gu [n, 2 inter] (the stacked gate+up output). The backward writes
+ * gu's gradient over gu itself (its last reader). */
+int qlt_ag_swiglu(qlt_graph *g, int gu, int64_t n, int64_t inter);
+/* out = a + b. The backward hands out's gradient buffer to a and b instead of copying it whenever that
+ * is safe (see graph.c): the residual stream's gradient stays in one buffer. */
 int qlt_ag_add(qlt_graph *g, int a, int b);
+/* sum = a + b, then y = rmsnorm(sum) in one pass (fused forward; two nodes on the tape). Returns y,
+ * *sum = the sum's value. */
+int qlt_ag_add_rmsnorm(qlt_graph *g, int a, int b, const float *w, int64_t n, int64_t d, float eps, int *sum);
 /* Records a node computed outside the tape (out already holds its value): its backward calls
  * `backward(g, node)`, which must write the gradients of node->in[] from node->out's. */
 int qlt_ag_custom(qlt_graph *g, int in, int out, qlt_custom_backward backward, const void *ctx0, const void *ctx1,

@@ -57,6 +57,20 @@ typedef enum qlt_phase {
 
 const char *qlt_phase_name(qlt_phase p);
 
+/* The most weights a stacked linear takes (q/k/v). */
+#define QLT_STACK_MAX 3
+
+/* One projection of a LoRA group: where its output lives and its adapter. */
+typedef struct qlt_lora_site {
+    void *y;        /* act [N, ld]: forward output, y += scale u B^T on columns 0..out-1 */
+    const void *dy; /* act [N, ld]: the output's gradient (backward) */
+    int64_t ld;     /* row stride of y / dy, elements */
+    int64_t out;    /* output features */
+    const float *a; /* [r, in] */
+    const float *b; /* [out, r] */
+    float *da, *db; /* gradients, += */
+} qlt_lora_site;
+
 #define QLT_BACKEND_EVENTS 4
 
 typedef struct qlt_backend qlt_backend;
@@ -117,21 +131,28 @@ struct qlt_backend {
     /* dx [N, D] = beta*dx + d(rmsnorm)/dx . dy. */
     void (*rmsnorm_bwd)(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
                         const float *w, int64_t n, int64_t d, float beta);
-    /* y [N, rows] = x [N, cols] . W^T (+ bias [rows] when not NULL). */
-    void (*linear_fwd)(qlt_backend *be, void *y, const void *x, const qlt_weight *w, const float *bias,
-                       int64_t n);
-    /* dx [N, cols] = beta*dx + dy [N, rows] . W  (precision per be->backward_a). */
-    void (*linear_bwd_x)(qlt_backend *be, void *dx, const void *dy, const qlt_weight *w, int64_t n,
-                         float beta);
-    /* LoRA side path: u [N, r] = x . A^T (saved), y [N, out] += scale * u . B^T.
-     * A float [r, in], B float [out, r]. */
-    void (*lora_fwd)(qlt_backend *be, void *y, float *u, const void *x, const float *a, const float *b,
-                     int64_t n, int64_t in, int64_t out, int r, float scale);
-    /* du = scale * dy . B; dB += scale * dy^T . u; dA += du^T . x; dx = dx_beta*dx + du . A.
-     * scratch float [N, r]. */
-    void (*lora_bwd)(qlt_backend *be, void *dx, float *da, float *db, float *scratch, const void *dy,
-                     const void *x, const float *u, const float *a, const float *b, int64_t n, int64_t in,
-                     int64_t out, int r, float scale, float dx_beta);
+    /* Prepares a stack of k frozen weights with the same cols (gate and up) for the linear ops below:
+     * grows the scratch they are dequantized into side by side. Load time only; 0 or -1 with qlt_fail. */
+    int (*weight_stack_prepare)(qlt_backend *be, const qlt_weight *const *w, int k);
+    /* A stack of k <= QLT_STACK_MAX weights with the same cols read as one [sum rows_i, cols] matrix:
+     * y [N, sum rows_i] = x [N, cols] . [W_0; ...; W_k-1]^T (+ bias [rows_0] when not NULL; k == 1 only).
+     * One GEMM on CUDA (NF4 weights dequantized side by side). */
+    void (*linear_fwd)(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k,
+                       const float *bias, int64_t n);
+    /* dx [N, cols] = beta*dx + dy [N, sum rows_i] . [W_0; ...]  (one GEMM over the stack; precision per
+     * be->backward_a). */
+    void (*linear_bwd_x)(qlt_backend *be, void *dx, const void *dy, const qlt_weight *const *w, int k,
+                         int64_t n, float beta);
+    /* LoRA side path of k projections that read the same input x [N, in] (q/k/v, gate/up, or one):
+     * u [N, k*r] = x . [A_0; ...; A_k-1]^T (saved; site i's columns i*r..), then per site
+     * y_i [N, out_i] (row stride ld_i) += scale * u_i . B_i^T. x.A^T is one product for all sites. */
+    void (*lora_fwd)(qlt_backend *be, const qlt_lora_site *sites, int k, float *u, const void *x, int64_t n,
+                     int64_t in, int r, float scale);
+    /* Per site: du_i = scale * dy_i . B_i, dB_i += scale * dy_i^T . u_i, dA_i += du_i^T . x; and
+     * dx [N, in] = dx_beta*dx + sum_i du_i . A_i (when dx != NULL). dA and dx are one product each over
+     * all sites. scratch float [N, k*r] (the du_i side by side). */
+    void (*lora_bwd)(qlt_backend *be, const qlt_lora_site *sites, int k, float *scratch, const float *u,
+                     const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale);
     /* Rotary embedding in place on x [N, n_heads, head_dim] (HF rotate-half layout), angle
      * pos[t] * inv_freq[i] for i < head_dim/2; inverse = 1 rotates by the negative angle (backward). */
     void (*rope)(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n,
@@ -148,11 +169,24 @@ struct qlt_backend {
                           const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                           int head_dim, float scale);
     size_t (*attention_bwd_scratch_bytes)(qlt_backend *be, int64_t n, int n_heads, int n_kv_heads, int head_dim);
-    /* h [N, I] = silu(gate) * up */
-    void (*swiglu_fwd)(qlt_backend *be, void *h, const void *gate, const void *up, int64_t count);
-    /* dgate, dup overwritten */
-    void (*swiglu_bwd)(qlt_backend *be, void *dgate, void *dup, const void *dh, const void *gate,
-                       const void *up, int64_t count);
+    /* gu [N, 2I] holds gate (columns 0..I-1) and up (I..2I-1) side by side, as the stacked gate+up
+     * linear writes them: h [N, I] = silu(gate) * up. */
+    void (*swiglu_fwd)(qlt_backend *be, void *h, const void *gu, int64_t n, int64_t inter);
+    /* dgu [N, 2I] = (dgate | dup), overwritten; dgu may be gu itself (the gradient replaces the input). */
+    void (*swiglu_bwd)(qlt_backend *be, void *dgu, const void *dh, const void *gu, int64_t n, int64_t inter);
+    /* The residual add fused with the RMSNorm that follows it: sum [N, D] = a + b (rounded to act as
+     * `add` rounds it), y = rmsnorm(sum) with rstd [N] saved. One pass over a, b. */
+    void (*add_rmsnorm_fwd)(qlt_backend *be, void *sum, void *y, float *rstd, const void *a, const void *b,
+                            const float *w, int64_t n, int64_t d, float eps);
+    /* Qwen3's per-head q/k norm fused with the RoPE after it: y [N, heads, head_dim] =
+     * rope(rmsnorm(x) * w) per head, rstd float [N * heads] saved. One pass instead of two. */
+    void (*head_norm_rope_fwd)(qlt_backend *be, void *y, float *rstd, const void *x, const float *w,
+                               const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim,
+                               float eps);
+    /* Its backward: dx = rmsnorm_bwd(rope^-1(dy)) per head (dx overwritten; dx may be dy: in place). */
+    void (*head_norm_rope_bwd)(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
+                               const float *w, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                               int head_dim);
     /* out = x (count act elements) */
     void (*copy)(qlt_backend *be, void *out, const void *x, int64_t count);
     /* out = a + b (out may alias a or b) */

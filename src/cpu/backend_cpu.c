@@ -173,34 +173,53 @@ static void cpu_rmsnorm_bwd(qlt_backend *be, void *dx, const void *dy, const voi
     qlt_cpu_rmsnorm_bwd(dx, dy, x, rstd, w, n, d, beta);
 }
 
-static void cpu_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *w, const float *bias, int64_t n) {
-    const float *wf = cpu_weight_f32(be, w);
-    qlt_cpu_gemm(0, 1, n, w->rows, w->cols, 1.0f, x, w->cols, wf, w->cols, 0.0f, y, w->rows);
+/* The stack runs weight by weight into its columns of y (the reference needs no side-by-side copy). */
+static int cpu_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k) {
+    for (int i = 1; i < k; i++) QLT_ASSERT(w[i]->cols == w[0]->cols);
+    return 0;
+}
+
+static int64_t stack_rows(const qlt_weight *const *w, int k) {
+    int64_t rows = 0;
+    for (int i = 0; i < k; i++) rows += w[i]->rows;
+    return rows;
+}
+
+static void cpu_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k,
+                           const float *bias, int64_t n) {
+    QLT_ASSERT(k >= 1 && k <= QLT_STACK_MAX && (bias == NULL || k == 1));
+    int64_t ld = stack_rows(w, k), col = 0;
+    for (int i = 0; i < k; i++) {
+        const float *wf = cpu_weight_f32(be, w[i]);
+        qlt_cpu_gemm(0, 1, n, w[i]->rows, w[i]->cols, 1.0f, x, w[i]->cols, wf, w[i]->cols, 0.0f, (float *)y + col, ld);
+        col += w[i]->rows;
+    }
     if (bias) {
         float *yf = y;
         for (int64_t t = 0; t < n; t++)
-            for (int64_t o = 0; o < w->rows; o++) yf[t * w->rows + o] += bias[o];
+            for (int64_t o = 0; o < ld; o++) yf[t * ld + o] += bias[o];
     }
 }
 
-static void cpu_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *w, int64_t n, float beta) {
-    const float *wf = cpu_weight_f32(be, w);
-    qlt_cpu_gemm(0, 0, n, w->cols, w->rows, 1.0f, dy, w->rows, wf, w->cols, beta, dx, w->cols);
+static void cpu_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *const *w, int k, int64_t n,
+                             float beta) {
+    int64_t ld = stack_rows(w, k), col = 0;
+    for (int i = 0; i < k; i++) {
+        const float *wf = cpu_weight_f32(be, w[i]);
+        qlt_cpu_gemm(0, 0, n, w[i]->cols, w[i]->rows, 1.0f, (const float *)dy + col, ld, wf, w[i]->cols,
+                     i == 0 ? beta : 1.0f, dx, w[i]->cols);
+        col += w[i]->rows;
+    }
 }
 
-static void cpu_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const float *a, const float *b,
-                         int64_t n, int64_t in, int64_t out, int r, float scale) {
-    qlt_cpu_gemm(0, 1, n, r, in, 1.0f, x, in, a, in, 0.0f, u, r);
-    qlt_cpu_gemm(0, 1, n, out, r, scale, u, r, b, r, 1.0f, y, out);
+static void cpu_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *u, const void *x, int64_t n,
+                         int64_t in, int r, float scale) {
+    qlt_cpu_lora_fwd(sites, k, u, x, n, in, r, scale);
 }
 
-static void cpu_lora_bwd(qlt_backend *be, void *dx, float *da, float *db, float *scratch, const void *dy,
-                         const void *x, const float *u, const float *a, const float *b, int64_t n, int64_t in,
-                         int64_t out, int r, float scale, float dx_beta) {
-    qlt_cpu_gemm(0, 0, n, r, out, scale, dy, out, b, r, 0.0f, scratch, r);        /* du [n, r] */
-    qlt_cpu_gemm(1, 0, out, r, n, scale, dy, out, u, r, 1.0f, db, r);             /* dB += s dy^T u */
-    qlt_cpu_gemm(1, 0, r, in, n, 1.0f, scratch, r, x, in, 1.0f, da, in);          /* dA += du^T x */
-    if (dx) qlt_cpu_gemm(0, 0, n, in, r, 1.0f, scratch, r, a, in, dx_beta, dx, in); /* dx += du A */
+static void cpu_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *scratch, const float *u,
+                         const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale) {
+    qlt_cpu_lora_bwd(sites, k, scratch, u, x, dx, dx_beta, n, in, r, scale);
 }
 
 static void cpu_rope(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
@@ -226,13 +245,35 @@ static size_t cpu_attention_bwd_scratch_bytes(qlt_backend *be, int64_t n, int n_
     return sizeof(float) * (size_t)n * (size_t)n_heads;
 }
 
-static void cpu_swiglu_fwd(qlt_backend *be, void *h, const void *gate, const void *up, int64_t count) {
-    qlt_cpu_swiglu_fwd(h, gate, up, count);
+static void cpu_swiglu_fwd(qlt_backend *be, void *h, const void *gu, int64_t n, int64_t inter) {
+    qlt_cpu_swiglu_fwd(h, gu, n, inter);
 }
 
-static void cpu_swiglu_bwd(qlt_backend *be, void *dgate, void *dup, const void *dh, const void *gate, const void *up,
-                           int64_t count) {
-    qlt_cpu_swiglu_bwd(dgate, dup, dh, gate, up, count);
+static void cpu_swiglu_bwd(qlt_backend *be, void *dgu, const void *dh, const void *gu, int64_t n, int64_t inter) {
+    qlt_cpu_swiglu_bwd(dgu, dh, gu, n, inter);
+}
+
+static void cpu_add_rmsnorm_fwd(qlt_backend *be, void *sum, void *y, float *rstd, const void *a, const void *b,
+                                const float *w, int64_t n, int64_t d, float eps) {
+    float *s = sum;
+    const float *fa = a, *fb = b;
+    for (int64_t i = 0; i < n * d; i++) s[i] = fa[i] + fb[i];
+    qlt_cpu_rmsnorm_fwd(y, rstd, s, w, n, d, eps);
+}
+
+static void cpu_head_norm_rope_fwd(qlt_backend *be, void *y, float *rstd, const void *x, const float *w,
+                                   const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim,
+                                   float eps) {
+    qlt_cpu_rmsnorm_fwd(y, rstd, x, w, n * heads, head_dim, eps);
+    qlt_cpu_rope(y, pos, inv_freq, n, heads, head_dim, 0);
+}
+
+static void cpu_head_norm_rope_bwd(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
+                                   const float *w, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                                   int head_dim) {
+    memmove(dx, dy, sizeof(float) * (size_t)(n * heads * head_dim));
+    qlt_cpu_rope(dx, pos, inv_freq, n, heads, head_dim, 1);
+    qlt_cpu_rmsnorm_bwd(dx, dx, x, rstd, w, n * heads, head_dim, 0.0f); /* row by row: in place is safe */
 }
 
 static void cpu_copy(qlt_backend *be, void *out, const void *x, int64_t count) {
@@ -272,7 +313,7 @@ static size_t cpu_loss_scratch_bytes(qlt_backend *be, int64_t n, int64_t v) {
 }
 
 static void cpu_logits(qlt_backend *be, float *out, const void *x, const qlt_weight *w, int64_t n) {
-    cpu_linear_fwd(be, out, x, w, NULL, n);
+    cpu_linear_fwd(be, out, x, &w, 1, NULL, n);
 }
 
 static void cpu_grad_norm_sq(qlt_backend *be, qlt_optim_scalars *scalars, const float *g, int64_t count) {
@@ -311,6 +352,7 @@ qlt_backend *qlt_backend_cpu_create(int threads) {
     be->embed = cpu_embed;
     be->rmsnorm_fwd = cpu_rmsnorm_fwd;
     be->rmsnorm_bwd = cpu_rmsnorm_bwd;
+    be->weight_stack_prepare = cpu_weight_stack_prepare;
     be->linear_fwd = cpu_linear_fwd;
     be->linear_bwd_x = cpu_linear_bwd_x;
     be->lora_fwd = cpu_lora_fwd;
@@ -321,6 +363,9 @@ qlt_backend *qlt_backend_cpu_create(int threads) {
     be->attention_bwd_scratch_bytes = cpu_attention_bwd_scratch_bytes;
     be->swiglu_fwd = cpu_swiglu_fwd;
     be->swiglu_bwd = cpu_swiglu_bwd;
+    be->add_rmsnorm_fwd = cpu_add_rmsnorm_fwd;
+    be->head_norm_rope_fwd = cpu_head_norm_rope_fwd;
+    be->head_norm_rope_bwd = cpu_head_norm_rope_bwd;
     be->copy = cpu_copy;
     be->add = cpu_add;
     be->dropout = cpu_dropout;

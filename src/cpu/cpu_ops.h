@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "common/backend.h"
 #include "common/counter_hash.h"
 
 /* C[M,N] = alpha * op(A) . op(B) + beta * C, op(X) = X or X^T (trans_* = 1), with leading dimensions.
@@ -29,8 +30,14 @@ void qlt_cpu_attention_bwd(float *dq, float *dk, float *dv, float *scratch, cons
                            const float *lse, const float *q, const float *k, const float *v,
                            const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                            int head_dim, float scale);
-void qlt_cpu_swiglu_fwd(float *h, const float *gate, const float *up, int64_t count);
-void qlt_cpu_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *gate, const float *up, int64_t count);
+/* gu [N, 2I] = (gate | up) per row; h [N, I]; dgu may be gu */
+void qlt_cpu_swiglu_fwd(float *h, const float *gu, int64_t n, int64_t inter);
+void qlt_cpu_swiglu_bwd(float *dgu, const float *dh, const float *gu, int64_t n, int64_t inter);
+/* The LoRA group side path (backend.h lora_fwd / lora_bwd); du [N, k*r] is the backward's scratch. */
+void qlt_cpu_lora_fwd(const qlt_lora_site *sites, int k, float *u, const float *x, int64_t n, int64_t in, int r,
+                      float scale);
+void qlt_cpu_lora_bwd(const qlt_lora_site *sites, int k, float *du, const float *u, const float *x, float *dx,
+                      float dx_beta, int64_t n, int64_t in, int r, float scale);
 /* Dropout with the keep-mask of common/counter_hash.h (qlt_dropout_keep, qlt_dropout_seed). */
 void qlt_cpu_dropout(float *out, const float *x, int64_t count, float p, uint64_t seed);
 /* Fused lm_head + cross-entropy; w [V, D]; scratch double [n*V + n] (logit rows, then per-token losses);

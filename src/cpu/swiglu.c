@@ -1,21 +1,29 @@
-/* swiglu.c: the SwiGLU gate h = silu(gate) * up and its backward (reference). */
+/* swiglu.c: the SwiGLU gate h = silu(gate) * up and its backward (reference), reading gate and up side
+ * by side in one [N, 2I] row as the stacked gate+up linear writes them. */
 #include <math.h>
 
 #include "cpu/cpu_ops.h"
 
-void qlt_cpu_swiglu_fwd(float *h, const float *gate, const float *up, int64_t count) {
-    for (int64_t i = 0; i < count; i++) {
-        double g = gate[i], sig = 1.0 / (1.0 + exp(-g));
-        h[i] = (float)(g * sig * up[i]);
+void qlt_cpu_swiglu_fwd(float *h, const float *gu, int64_t n, int64_t inter) {
+    for (int64_t t = 0; t < n; t++) {
+        const float *gate = gu + t * 2 * inter, *up = gate + inter;
+        for (int64_t j = 0; j < inter; j++) {
+            double g = gate[j], sig = 1.0 / (1.0 + exp(-g));
+            h[t * inter + j] = (float)(g * sig * up[j]);
+        }
     }
 }
 
-/* d silu(g)/dg = sig (1 + g (1 - sig)) */
-void qlt_cpu_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *gate, const float *up, int64_t count) {
-    for (int64_t i = 0; i < count; i++) {
-        double g = gate[i], sig = 1.0 / (1.0 + exp(-g));
-        double silu = g * sig;
-        dup[i] = (float)(dh[i] * silu);
-        dgate[i] = (float)(dh[i] * up[i] * sig * (1.0 + g * (1.0 - sig)));
+/* d silu(g)/dg = sig (1 + g (1 - sig)); each element's inputs are read before its outputs are written,
+ * so dgu may be gu */
+void qlt_cpu_swiglu_bwd(float *dgu, const float *dh, const float *gu, int64_t n, int64_t inter) {
+    for (int64_t t = 0; t < n; t++) {
+        const float *gate = gu + t * 2 * inter, *up = gate + inter;
+        float *dgate = dgu + t * 2 * inter, *dup = dgate + inter;
+        for (int64_t j = 0; j < inter; j++) {
+            double g = gate[j], u = up[j], d = dh[t * inter + j], sig = 1.0 / (1.0 + exp(-g));
+            dup[j] = (float)(d * g * sig);
+            dgate[j] = (float)(d * u * sig * (1.0 + g * (1.0 - sig)));
+        }
     }
 }

@@ -400,6 +400,7 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->embed = qlt_cuda_embed;
     be->rmsnorm_fwd = qlt_cuda_rmsnorm_fwd;
     be->rmsnorm_bwd = qlt_cuda_rmsnorm_bwd;
+    be->weight_stack_prepare = qlt_cuda_weight_stack_prepare;
     be->linear_fwd = qlt_cuda_linear_fwd;
     be->linear_bwd_x = qlt_cuda_linear_bwd_x;
     be->lora_fwd = qlt_cuda_lora_fwd;
@@ -409,6 +410,9 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->attention_bwd = qlt_cuda_attention_bwd;
     be->swiglu_fwd = qlt_cuda_swiglu_fwd;
     be->swiglu_bwd = qlt_cuda_swiglu_bwd;
+    be->add_rmsnorm_fwd = qlt_cuda_add_rmsnorm_fwd;
+    be->head_norm_rope_fwd = qlt_cuda_head_norm_rope_fwd;
+    be->head_norm_rope_bwd = qlt_cuda_head_norm_rope_bwd;
     be->copy = qlt_cuda_copy;
     be->add = qlt_cuda_add;
     be->dropout = qlt_cuda_dropout;

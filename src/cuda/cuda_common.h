@@ -107,9 +107,8 @@ int qlt_cuda_weight_from_nf4(qlt_backend *be, qlt_weight *w, qlt_nf4 *host, int6
 void qlt_cuda_embed(qlt_backend *be, void *x, const int32_t *ids, const qlt_weight *emb, int64_t n);
 void qlt_cuda_rope(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
                    int head_dim, int inverse);
-void qlt_cuda_swiglu_fwd(qlt_backend *be, void *h, const void *gate, const void *up, int64_t count);
-void qlt_cuda_swiglu_bwd(qlt_backend *be, void *dgate, void *dup, const void *dh, const void *gate, const void *up,
-                         int64_t count);
+void qlt_cuda_swiglu_fwd(qlt_backend *be, void *h, const void *gu, int64_t n, int64_t inter);
+void qlt_cuda_swiglu_bwd(qlt_backend *be, void *dgu, const void *dh, const void *gu, int64_t n, int64_t inter);
 void qlt_cuda_copy(qlt_backend *be, void *out, const void *x, int64_t count);
 void qlt_cuda_add(qlt_backend *be, void *out, const void *a, const void *b, int64_t count);
 void qlt_cuda_fill_random_bf16(cudaStream_t s, bf16 *out, int64_t count, uint64_t seed);
@@ -130,8 +129,16 @@ void qlt_cuda_rmsnorm_fwd(qlt_backend *be, void *y, float *rstd, const void *x, 
                           int64_t d, float eps);
 void qlt_cuda_rmsnorm_bwd(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
                           const float *w, int64_t n, int64_t d, float beta);
+void qlt_cuda_add_rmsnorm_fwd(qlt_backend *be, void *sum, void *y, float *rstd, const void *a, const void *b,
+                              const float *w, int64_t n, int64_t d, float eps);
+void qlt_cuda_head_norm_rope_fwd(qlt_backend *be, void *y, float *rstd, const void *x, const float *w,
+                                 const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim,
+                                 float eps);
+void qlt_cuda_head_norm_rope_bwd(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
+                                 const float *w, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                                 int head_dim);
 
-/* linear.cu (GEMMs, LoRA, weights incl. the NF4 hook) */
+/* linear.cu (frozen-weight GEMMs over weight stacks, weights incl. the NF4 hook) */
 int qlt_cuda_weight_create(qlt_backend *be, qlt_weight *w, const void *host, qlt_dtype dtype, int64_t rows,
                            int64_t cols, int nf4_blocksize, int double_quant);
 void qlt_cuda_weight_free(qlt_backend *be, qlt_weight *w);
@@ -141,14 +148,18 @@ const bf16 *qlt_cuda_weight_bf16(qlt_backend *be, const qlt_weight *w);
 void qlt_cuda_gemm(qlt_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const void *a, cudaDataType_t ta, int64_t lda, const void *b, cudaDataType_t tb, int64_t ldb,
                    float beta, void *c, cudaDataType_t tc, int64_t ldc);
-void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *w, const float *bias, int64_t n);
-void qlt_cuda_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *w, int64_t n, float beta);
-void qlt_cuda_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const float *a, const float *b, int64_t n,
-                       int64_t in, int64_t out, int r, float scale);
-void qlt_cuda_lora_bwd(qlt_backend *be, void *dx, float *da, float *db, float *scratch, const void *dy, const void *x,
-                       const float *u, const float *a, const float *b, int64_t n, int64_t in, int64_t out, int r,
-                       float scale, float dx_beta);
+int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k);
+void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k, const float *bias,
+                         int64_t n);
+void qlt_cuda_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *const *w, int k, int64_t n,
+                           float beta);
 void qlt_cuda_logits(qlt_backend *be, float *out, const void *x, const qlt_weight *w, int64_t n);
+
+/* lora.cu */
+void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *u, const void *x, int64_t n,
+                       int64_t in, int r, float scale);
+void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *scratch, const float *u,
+                       const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale);
 
 /* attention.cu */
 void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,

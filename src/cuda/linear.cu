@@ -1,5 +1,6 @@
-/* linear.cu: frozen weights (upload, bf16 conversion, the NF4 hook) and every GEMM of the backend:
- * linear forward, linear backward-x in the three backward_a precisions, the LoRA side path, logits.
+/* linear.cu: frozen weights (upload, bf16 conversion, the NF4 hook) and the frozen-weight GEMMs of the
+ * backend: linear forward and backward-x (in the three backward_a precisions) over a stack of weights
+ * read as one matrix (gate+up: one GEMM each way), logits. The LoRA side path is in lora.cu.
  *
  * Row-major GEMMs through column-major cuBLAS: C[M,N] = op(A) op(B) is C^T = op(B)^T op(A)^T, so we
  * call cublasGemmEx with the operands swapped (B first) and M/N exchanged; the ops keep their flags.
@@ -51,6 +52,20 @@ static size_t nf4_device_bytes(const qlt_nf4 *q) {
     return bytes;
 }
 
+/* Grows the dequantization scratch to numel bf16 values (load time only, never inside a step). */
+static int reserve_dequant(qlt_backend *be, int64_t numel) {
+    cuda_impl *impl = cuda_impl_of(be);
+    if (numel <= impl->dequant_elems) return 0;
+    CUDA_CHECK(cudaStreamSynchronize(impl->stream));
+    qlt_cuda_free_tracked(be, impl->dequant, sizeof(bf16) * (size_t)impl->dequant_elems);
+    impl->dequant = (bf16 *)qlt_cuda_alloc_tracked(be, sizeof(bf16) * (size_t)numel);
+    impl->dequant_elems = impl->dequant ? numel : 0;
+    if (!impl->dequant)
+        return qlt_fail("CUDA: out of device memory for the weight dequantization scratch (%.1f MiB)",
+                        (double)numel * 2 / (1 << 20));
+    return 0;
+}
+
 /* Makes w the NF4 weight dq (device arrays) and grows the dequantization scratch (load time only). */
 static int nf4_adopt(qlt_backend *be, qlt_weight *w, const qlt_nf4 *dq) {
     cuda_impl *impl = cuda_impl_of(be);
@@ -58,14 +73,8 @@ static int nf4_adopt(qlt_backend *be, qlt_weight *w, const qlt_nf4 *dq) {
     w->format = QLT_WFORMAT_NF4;
     w->nf4 = *dq;
     qlt_cuda_track(be, (int64_t)nf4_device_bytes(dq));
-    if (numel > impl->dequant_elems) { /* growth at load time only, never inside a step */
-        CUDA_CHECK(cudaStreamSynchronize(impl->stream));
-        qlt_cuda_free_tracked(be, impl->dequant, sizeof(bf16) * (size_t)impl->dequant_elems);
-        impl->dequant = (bf16 *)qlt_cuda_alloc_tracked(be, sizeof(bf16) * (size_t)numel);
-        impl->dequant_elems = impl->dequant ? numel : 0;
-        if (!impl->dequant) return qlt_fail("CUDA: out of device memory for the NF4 dequantization scratch");
-    }
-    return 0;
+    (void)impl;
+    return reserve_dequant(be, numel);
 }
 
 int qlt_cuda_weight_from_nf4(qlt_backend *be, qlt_weight *w, qlt_nf4 *host, int64_t rows, int64_t cols) {
@@ -157,29 +166,72 @@ void qlt_cuda_weight_free(qlt_backend *be, qlt_weight *w) {
     memset(w, 0, sizeof *w);
 }
 
+/* Dequantizes w into dst (stream-ordered), charged to the dequant phase. */
+static void dequantize_into(qlt_backend *be, bf16 *dst, const qlt_weight *w) {
+    cuda_impl *impl = cuda_impl_of(be);
+    qlt_phase was = impl->phase;
+    if (be->phase) be->phase(be, QLT_PHASE_DEQUANT);
+    QLT_ASSERT(qlt_cuda_nf4_dequantize(&w->nf4, dst, QLT_DTYPE_BF16, impl->stream) == 0);
+    if (be->phase) be->phase(be, was);
+}
+
 const bf16 *qlt_cuda_weight_bf16(qlt_backend *be, const qlt_weight *w) {
     if (w->format == QLT_WFORMAT_BF16) return (const bf16 *)w->data;
     if (w->format == QLT_WFORMAT_NF4) {
         cuda_impl *impl = cuda_impl_of(be);
         QLT_ASSERT(w->rows * w->cols <= impl->dequant_elems);
-        qlt_phase was = impl->phase;
-        if (be->phase) be->phase(be, QLT_PHASE_DEQUANT);
-        QLT_ASSERT(qlt_cuda_nf4_dequantize(&w->nf4, impl->dequant, QLT_DTYPE_BF16, impl->stream) == 0);
-        if (be->phase) be->phase(be, was);
+        dequantize_into(be, impl->dequant, w);
         return impl->dequant;
     }
     QLT_ASSERT(!"CUDA linear ops take bf16 (or NF4) frozen weights");
     return NULL;
 }
 
-/* ---- linear forward: y = x W^T (+ bias) ---- */
+int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k) {
+    int64_t numel = 0;
+    for (int i = 0; i < k; i++) {
+        QLT_ASSERT(w[i]->cols == w[0]->cols);
+        numel += w[i]->rows * w[i]->cols;
+    }
+    return k > 1 ? reserve_dequant(be, numel) : 0;
+}
 
-void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *w, const float *bias, int64_t n) {
+/* A stack of weights as one bf16 [*rows, cols] matrix: a single bf16 weight as it is, NF4 weights
+ * dequantized side by side into impl->dequant, dense bf16 weights of a stack copied side by side there
+ * (separate allocations; model.quant: none only). */
+static const bf16 *stack_bf16(qlt_backend *be, const qlt_weight *const *w, int k, int64_t *rows) {
+    QLT_ASSERT(k >= 1 && k <= QLT_STACK_MAX);
+    *rows = 0;
+    for (int i = 0; i < k; i++) *rows += w[i]->rows;
+    if (k == 1) return qlt_cuda_weight_bf16(be, w[0]);
+    cuda_impl *impl = cuda_impl_of(be);
+    QLT_ASSERT(*rows * w[0]->cols <= impl->dequant_elems); /* weight_stack_prepare was called */
+    bf16 *dst = impl->dequant;
+    for (int i = 0; i < k; i++) {
+        QLT_ASSERT(w[i]->cols == w[0]->cols);
+        if (w[i]->format == QLT_WFORMAT_NF4) {
+            dequantize_into(be, dst, w[i]);
+        } else {
+            QLT_ASSERT(w[i]->format == QLT_WFORMAT_BF16);
+            CUDA_CHECK(cudaMemcpyAsync(dst, w[i]->data, sizeof(bf16) * (size_t)(w[i]->rows * w[i]->cols),
+                                       cudaMemcpyDeviceToDevice, impl->stream));
+        }
+        dst += w[i]->rows * w[i]->cols;
+    }
+    return impl->dequant;
+}
+
+/* ---- linear forward: y = x [W_0; ...]^T (+ bias) ---- */
+
+void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k, const float *bias,
+                         int64_t n) {
     if (n <= 0) return;
-    const bf16 *wb = qlt_cuda_weight_bf16(be, w);
-    qlt_cuda_gemm(be, 0, 1, n, w->rows, w->cols, 1.0f, x, CUDA_R_16BF, w->cols, wb, CUDA_R_16BF, w->cols, 0.0f, y,
-                  CUDA_R_16BF, w->rows);
-    if (bias) qlt_cuda_bias_add(cuda_impl_of(be)->stream, (bf16 *)y, bias, n, w->rows);
+    QLT_ASSERT(bias == NULL || k == 1);
+    int64_t rows, cols = w[0]->cols;
+    const bf16 *wb = stack_bf16(be, w, k, &rows);
+    qlt_cuda_gemm(be, 0, 1, n, rows, cols, 1.0f, x, CUDA_R_16BF, cols, wb, CUDA_R_16BF, cols, 0.0f, y, CUDA_R_16BF,
+                  rows);
+    if (bias) qlt_cuda_bias_add(cuda_impl_of(be)->stream, (bf16 *)y, bias, n, rows);
 }
 
 /* ---- linear backward-x: dx = beta dx + dy W ----
@@ -297,182 +349,22 @@ static void linear_bwd_x_converted(qlt_backend *be, bf16 *dx, const bf16 *dy, co
     }
 }
 
-void qlt_cuda_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *w, int64_t n, float beta) {
+void qlt_cuda_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *const *w, int k, int64_t n,
+                           float beta) {
     if (n <= 0) return;
-    const bf16 *wb = qlt_cuda_weight_bf16(be, w);
+    int64_t rows, cols = w[0]->cols;
+    const bf16 *wb = stack_bf16(be, w, k, &rows);
     switch (be->backward_a) {
     case QLT_BACKWARD_A_FP16:
-        linear_bwd_x_converted(be, (bf16 *)dx, (const bf16 *)dy, wb, n, w->rows, w->cols, beta, true);
+        linear_bwd_x_converted(be, (bf16 *)dx, (const bf16 *)dy, wb, n, rows, cols, beta, true);
         break;
     case QLT_BACKWARD_A_FP32:
-        linear_bwd_x_converted(be, (bf16 *)dx, (const bf16 *)dy, wb, n, w->rows, w->cols, beta, false);
+        linear_bwd_x_converted(be, (bf16 *)dx, (const bf16 *)dy, wb, n, rows, cols, beta, false);
         break;
     default:
-        qlt_cuda_gemm(be, 0, 0, n, w->cols, w->rows, 1.0f, dy, CUDA_R_16BF, w->rows, wb, CUDA_R_16BF, w->cols, beta,
-                      dx, CUDA_R_16BF, w->cols);
+        qlt_cuda_gemm(be, 0, 0, n, cols, rows, 1.0f, dy, CUDA_R_16BF, rows, wb, CUDA_R_16BF, cols, beta, dx,
+                      CUDA_R_16BF, cols);
         break;
-    }
-}
-
-/* ---- LoRA ----
- * A, B, u, du are fp32; tensor-core GEMMs need one type on both sides, so each fp32 operand f is split
- * into bf16 hi = bf16(f), lo = bf16(f - hi) (f = hi + lo to ~2^-17 relative). Products of an fp32 with a
- * bf16 activation use both halves (two GEMMs into fp32 C); products of two fp32 operands use
- * hi*hi + hi*lo + lo*hi as ONE GEMM over a concatenated K = 3r ([uh, uh, ul] . [bh, bl, bh]^T), so a
- * bf16 output is rounded once. Parameter gradients therefore carry only the bf16 rounding of the
- * activations (x, dy), as they would in fp32 LoRA math on bf16 activations.
- * Workspace (impl->lora_ws): A3 [3r, in] = [Ah; Al; Ah], B3 [out, 3r] rows [bh, bl, bh], then token
- * chunks U3 / DU3 [T, 3r] rows [hi, hi, lo]. */
-
-/* out [rows, 3r]: row i = pattern of hi/lo of x[i, :] (lo_third: which third holds lo) */
-static __global__ void split3_rows_kernel(bf16 *out, const float *x, int64_t rows, int r, int lo_third) {
-    int64_t total = rows * r;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t row = i / r;
-        int j = (int)(i - row * r);
-        float v = x[i];
-        bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
-        bf16 *o = out + row * 3 * r + j;
-        o[0] = lo_third == 0 ? lo : hi;
-        o[r] = lo_third == 1 ? lo : hi;
-        o[2 * r] = lo_third == 2 ? lo : hi;
-    }
-}
-
-/* out [3r, in] = [hi(A); lo(A); hi(A)] */
-static __global__ void stack3_kernel(bf16 *out, const float *a, int64_t count) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = a[i];
-        bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
-        out[i] = hi;
-        out[count + i] = lo;
-        out[2 * count + i] = hi;
-    }
-}
-
-typedef struct lora_ws {
-    bf16 *a3, *b3, *tok; /* tok: [T, 3r] */
-    int64_t T;
-} lora_ws;
-
-static lora_ws lora_layout(qlt_backend *be, int64_t in, int64_t out, int r, int64_t n) {
-    cuda_impl *impl = cuda_impl_of(be);
-    lora_ws L;
-    int64_t wel = 3 * (int64_t)r * (in + out);
-    int64_t cap = (int64_t)(QLT_CUDA_LORA_BYTES / sizeof(bf16));
-    if (wel + 3 * (int64_t)r * 16 > cap) {
-        fprintf(stderr, "qlora-train: LoRA r=%d on a [%lld, %lld] layer needs more than the %zu MiB LoRA workspace "
-                        "(raise QLT_CUDA_LORA_BYTES in src/cuda/cuda_common.h)\n",
-                r, (long long)out, (long long)in, QLT_CUDA_LORA_BYTES >> 20);
-        abort();
-    }
-    L.a3 = (bf16 *)impl->lora_ws;
-    L.b3 = L.a3 + 3 * (int64_t)r * in;
-    int64_t tok_off = (wel + 7) & ~(int64_t)7; /* keep the token area 16-byte aligned */
-    L.tok = (bf16 *)impl->lora_ws + tok_off;
-    L.T = (cap - tok_off) / (3 * (int64_t)r);
-    if (L.T > n) L.T = n;
-    return L;
-}
-
-/* the workspace layout, with A3 and B3 built from the current A and B */
-static lora_ws lora_prepare(qlt_backend *be, const float *a, const float *b, int64_t in, int64_t out, int r, int64_t n) {
-    cudaStream_t s = cuda_impl_of(be)->stream;
-    lora_ws L = lora_layout(be, in, out, r, n);
-    stack3_kernel<<<qlt_grid((int64_t)r * in, 256), 256, 0, s>>>(L.a3, a, (int64_t)r * in);
-    CUDA_CHECK_LAUNCH();
-    split3_rows_kernel<<<qlt_grid(out * r, 256), 256, 0, s>>>(L.b3, b, out, r, 1);
-    CUDA_CHECK_LAUNCH();
-    return L;
-}
-
-/* dst[i, j] = (accumulate ? dst[i, j] : 0) + src[i*lds + j] + src[i*lds + j + off], i < rows, j < cols:
- * the sum of the hi and lo halves of a [hi | lo] product (column halves: off = cols, lds = 2 cols; row
- * halves: off = rows * lds). */
-static __global__ void sum_halves_kernel(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t off,
-                                         int64_t rows, int64_t cols, int accumulate) {
-    int64_t total = rows * cols;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t row = i / cols, col = i - row * cols;
-        float v = src[row * lds + col] + src[row * lds + col + off];
-        float *d = dst + row * ldd + col;
-        *d = accumulate ? *d + v : v;
-    }
-}
-
-static void sum_halves(cudaStream_t s, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t off, int64_t rows,
-                       int64_t cols, int accumulate) {
-    sum_halves_kernel<<<qlt_grid(rows * cols, 256), 256, 0, s>>>(dst, ldd, src, lds, off, rows, cols, accumulate);
-    CUDA_CHECK_LAUNCH();
-}
-
-/* Tokens per chunk whose [tokens, 2r] fp32 products fit the accumulation workspace. */
-static int64_t acc_tokens(int r, int64_t n) {
-    int64_t t = (int64_t)(QLT_CUDA_LORA_ACC_BYTES / sizeof(float)) / (2 * (int64_t)r);
-    return t < n ? t : n;
-}
-
-void qlt_cuda_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const float *a, const float *b, int64_t n,
-                       int64_t in, int64_t out, int r, float scale) {
-    if (n <= 0) return;
-    cuda_impl *impl = cuda_impl_of(be);
-    cudaStream_t s = impl->stream;
-    lora_ws L = lora_prepare(be, a, b, in, out, r, n);
-    /* u = x Ah^T + x Al^T (fp32): one GEMM against [Ah; Al] (x read once), then the halves summed */
-    const int64_t ta = acc_tokens(r, n);
-    for (int64_t t0 = 0; t0 < n; t0 += ta) {
-        int64_t tn = n - t0 < ta ? n - t0 : ta;
-        qlt_cuda_gemm(be, 0, 1, tn, 2 * r, in, 1.0f, (const bf16 *)x + t0 * in, CUDA_R_16BF, in, L.a3, CUDA_R_16BF, in,
-                      0.0f, impl->lora_acc, CUDA_R_32F, 2 * r);
-        sum_halves(s, u + t0 * r, r, impl->lora_acc, 2 * r, r, tn, r, 0);
-    }
-    /* y += scale [uh uh ul] [bh bl bh]^T */
-    for (int64_t t0 = 0; t0 < n; t0 += L.T) {
-        int64_t tn = n - t0 < L.T ? n - t0 : L.T;
-        split3_rows_kernel<<<qlt_grid(tn * r, 256), 256, 0, s>>>(L.tok, u + t0 * r, tn, r, 2);
-        CUDA_CHECK_LAUNCH();
-        qlt_cuda_gemm(be, 0, 1, tn, out, 3 * r, scale, L.tok, CUDA_R_16BF, 3 * r, L.b3, CUDA_R_16BF, 3 * r, 1.0f,
-                      (bf16 *)y + t0 * out, CUDA_R_16BF, out);
-    }
-}
-
-void qlt_cuda_lora_bwd(qlt_backend *be, void *dx, float *da, float *db, float *scratch, const void *dy, const void *x,
-                       const float *u, const float *a, const float *b, int64_t n, int64_t in, int64_t out, int r,
-                       float scale, float dx_beta) {
-    if (n <= 0) return;
-    cuda_impl *impl = cuda_impl_of(be);
-    cudaStream_t s = impl->stream;
-    lora_ws L = lora_prepare(be, a, b, in, out, r, n);
-    float *acc = impl->lora_acc;
-    QLT_ASSERT((int64_t)2 * r * (in > out ? in : out) * (int64_t)sizeof(float) <= (int64_t)QLT_CUDA_LORA_ACC_BYTES);
-    float *du = scratch; /* [n, r] */
-    /* du = scale dy (Bh + Bl): one GEMM against B3's columns [bh | bl] (dy read once), halves summed */
-    const int64_t ta = acc_tokens(r, n);
-    for (int64_t t0 = 0; t0 < n; t0 += ta) {
-        int64_t tn = n - t0 < ta ? n - t0 : ta;
-        qlt_cuda_gemm(be, 0, 0, tn, 2 * r, out, scale, (const bf16 *)dy + t0 * out, CUDA_R_16BF, out, L.b3, CUDA_R_16BF,
-                      3 * r, 0.0f, acc, CUDA_R_32F, 2 * r);
-        sum_halves(s, du + t0 * r, r, acc, 2 * r, r, tn, r, 0);
-    }
-    for (int64_t t0 = 0; t0 < n; t0 += L.T) {
-        int64_t tn = n - t0 < L.T ? n - t0 : L.T;
-        const bf16 *dyc = (const bf16 *)dy + t0 * out, *xc = (const bf16 *)x + t0 * in;
-        /* dB += scale dy^T (uh + ul): one GEMM against the token rows' [uh | ul] columns, halves summed */
-        split3_rows_kernel<<<qlt_grid(tn * r, 256), 256, 0, s>>>(L.tok, u + t0 * r, tn, r, 2);
-        CUDA_CHECK_LAUNCH();
-        qlt_cuda_gemm(be, 1, 0, out, 2 * r, tn, scale, dyc, CUDA_R_16BF, out, L.tok + r, CUDA_R_16BF, 3 * r, 0.0f, acc,
-                      CUDA_R_32F, 2 * r);
-        sum_halves(s, db, r, acc, 2 * r, r, out, r, 1);
-        /* dA += (duh + dul)^T x: one GEMM [duh | dul]^T x -> [2r, in] (x read once), row halves summed */
-        split3_rows_kernel<<<qlt_grid(tn * r, 256), 256, 0, s>>>(L.tok, du + t0 * r, tn, r, 2);
-        CUDA_CHECK_LAUNCH();
-        qlt_cuda_gemm(be, 1, 0, 2 * r, in, tn, 1.0f, L.tok + r, CUDA_R_16BF, 3 * r, xc, CUDA_R_16BF, in, 0.0f, acc,
-                      CUDA_R_32F, in);
-        sum_halves(s, da, in, acc, in, (int64_t)r * in, r, in, 1);
-        /* dx = beta dx + [duh duh dul] [Ah; Al; Ah] */
-        if (dx)
-            qlt_cuda_gemm(be, 0, 0, tn, in, 3 * r, 1.0f, L.tok, CUDA_R_16BF, 3 * r, L.a3, CUDA_R_16BF, in, dx_beta,
-                          (bf16 *)dx + t0 * in, CUDA_R_16BF, in);
     }
 }
 

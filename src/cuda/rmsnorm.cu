@@ -1,5 +1,8 @@
 /* rmsnorm.cu: RMSNorm forward and backward, one warp per row (rows are hidden states, d = hidden, or
- * single heads for Qwen3's q/k norms, d = head_dim). fp32 math; 16-byte loads when d % 8 == 0.
+ * single heads for Qwen3's q/k norms, d = head_dim), and its fusions with neighbours: the residual add
+ * before it (add_rmsnorm: the sum is written and normalized in one pass) and, for Qwen3's per-head q/k
+ * norms, the RoPE after it (head_norm_rope, forward and backward). fp32 math; 16-byte loads when
+ * d % 8 == 0.
  * fwd: y = x * r * w, r = rsqrt(mean(x^2) + eps) saved.  bwd: dx = beta dx + r w dy - x r^3/d sum(w dy x). */
 #include "cuda/cuda_common.h"
 
@@ -30,9 +33,10 @@ static __device__ __forceinline__ void store8(bf16 *p, const float f[8]) {
     *(uint4 *)p = raw;
 }
 
-template <bool VEC>
-static __global__ void rmsnorm_fwd_kernel(bf16 *y, float *rstd, const bf16 *x, const float *w, int64_t n, int64_t d,
-                                          float eps) {
+/* ADD: the row is first formed as sum = bf16(x + x2) (written out), as the unfused add would round it. */
+template <bool VEC, bool ADD>
+static __global__ void rmsnorm_fwd_kernel(bf16 *y, float *rstd, const bf16 *x, const bf16 *x2, bf16 *sum,
+                                          const float *w, int64_t n, int64_t d, float eps) {
     int64_t row = (int64_t)blockIdx.x * RMS_WARPS + threadIdx.x / 32;
     int lane = threadIdx.x & 31;
     if (row >= n) return;
@@ -43,15 +47,29 @@ static __global__ void rmsnorm_fwd_kernel(bf16 *y, float *rstd, const bf16 *x, c
         for (int64_t j = lane * 8; j < d; j += 256) {
             float f[8];
             load8(xr + j, f);
+            if (ADD) {
+                float f2[8];
+                load8(x2 + row * d + j, f2);
+#pragma unroll
+                for (int e = 0; e < 8; e++) f[e] += f2[e];
+                store8(sum + row * d + j, f);
+                load8(sum + row * d + j, f); /* the rounded sum, as the second pass reads it */
+            }
 #pragma unroll
             for (int e = 0; e < 8; e++) ss += f[e] * f[e];
         }
     } else {
         for (int64_t j = lane; j < d; j += 32) {
             float v = __bfloat162float(xr[j]);
+            if (ADD) {
+                bf16 sv = __float2bfloat16(v + __bfloat162float(x2[row * d + j]));
+                sum[row * d + j] = sv;
+                v = __bfloat162float(sv);
+            }
             ss += v * v;
         }
     }
+    if (ADD) xr = sum + row * d;
     ss = warp_sum(ss);
     float r = rsqrtf(ss / (float)d + eps);
     if (lane == 0) rstd[row] = r;
@@ -122,9 +140,25 @@ void qlt_cuda_rmsnorm_fwd(qlt_backend *be, void *y, float *rstd, const void *x, 
     cudaStream_t s = cuda_impl_of(be)->stream;
     unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
     if (rms_vec_ok(d, y, x, x))
-        rmsnorm_fwd_kernel<true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, w, n, d, eps);
+        rmsnorm_fwd_kernel<true, false><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, nullptr,
+                                                                        nullptr, w, n, d, eps);
     else
-        rmsnorm_fwd_kernel<false><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, w, n, d, eps);
+        rmsnorm_fwd_kernel<false, false><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, nullptr,
+                                                                         nullptr, w, n, d, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+void qlt_cuda_add_rmsnorm_fwd(qlt_backend *be, void *sum, void *y, float *rstd, const void *a, const void *b,
+                              const float *w, int64_t n, int64_t d, float eps) {
+    if (n <= 0) return;
+    cudaStream_t s = cuda_impl_of(be)->stream;
+    unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
+    if (rms_vec_ok(d, y, a, b) && rms_vec_ok(d, sum, sum, sum))
+        rmsnorm_fwd_kernel<true, true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)a, (const bf16 *)b,
+                                                                       (bf16 *)sum, w, n, d, eps);
+    else
+        rmsnorm_fwd_kernel<false, true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)a,
+                                                                        (const bf16 *)b, (bf16 *)sum, w, n, d, eps);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -139,5 +173,101 @@ void qlt_cuda_rmsnorm_bwd(qlt_backend *be, void *dx, const void *dy, const void 
     else
         rmsnorm_bwd_kernel<false><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, w,
                                                                   n, d, beta);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---- Qwen3 per-head norm + RoPE: one warp per (token, head) row of head_dim <= HNR_MAX_DIM ----
+ * Lane l holds the pairs (i, i + half) for i = l, l + 32, ... < half: exactly the elements RoPE mixes,
+ * so the whole op stays in registers; the backward reads its row before writing it (dx may be dy). */
+
+#define HNR_MAX_DIM 256
+#define HNR_PAIRS (HNR_MAX_DIM / 64) /* pairs per lane */
+
+static __global__ void head_norm_rope_fwd_kernel(bf16 *y, float *rstd, const bf16 *x, const float *w,
+                                                 const int32_t *pos, const float *inv_freq, int64_t rows, int heads,
+                                                 int head_dim, float eps) {
+    int64_t row = (int64_t)blockIdx.x * RMS_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x & 31, half = head_dim / 2;
+    if (row >= rows) return;
+    const bf16 *xr = x + row * head_dim;
+    float a[HNR_PAIRS], b[HNR_PAIRS], ss = 0;
+#pragma unroll
+    for (int p = 0; p < HNR_PAIRS; p++) {
+        int i = lane + 32 * p;
+        a[p] = i < half ? __bfloat162float(xr[i]) : 0.0f;
+        b[p] = i < half ? __bfloat162float(xr[i + half]) : 0.0f;
+        ss += a[p] * a[p] + b[p] * b[p];
+    }
+    ss = warp_sum(ss);
+    float r = rsqrtf(ss / (float)head_dim + eps);
+    if (lane == 0) rstd[row] = r;
+    float t = (float)pos[row / heads];
+    bf16 *yr = y + row * head_dim;
+#pragma unroll
+    for (int p = 0; p < HNR_PAIRS; p++) {
+        int i = lane + 32 * p;
+        if (i >= half) break;
+        float na = a[p] * r * w[i], nb = b[p] * r * w[i + half], sn, cs;
+        sincosf(__fmul_rn(t, inv_freq[i]), &sn, &cs);
+        yr[i] = __float2bfloat16(na * cs - nb * sn);
+        yr[i + half] = __float2bfloat16(nb * cs + na * sn);
+    }
+}
+
+static __global__ void head_norm_rope_bwd_kernel(bf16 *dx, const bf16 *dy, const bf16 *x, const float *rstd,
+                                                 const float *w, const int32_t *pos, const float *inv_freq,
+                                                 int64_t rows, int heads, int head_dim) {
+    int64_t row = (int64_t)blockIdx.x * RMS_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x & 31, half = head_dim / 2;
+    if (row >= rows) return;
+    const bf16 *xr = x + row * head_dim, *dyr = dy + row * head_dim;
+    float t = (float)pos[row / heads], r = rstd[row];
+    float xa[HNR_PAIRS], xb[HNR_PAIRS], ga[HNR_PAIRS], gb[HNR_PAIRS], dot = 0;
+#pragma unroll
+    for (int p = 0; p < HNR_PAIRS; p++) {
+        int i = lane + 32 * p;
+        xa[p] = xb[p] = ga[p] = gb[p] = 0.0f;
+        if (i >= half) continue;
+        float da = __bfloat162float(dyr[i]), db = __bfloat162float(dyr[i + half]), sn, cs;
+        sincosf(__fmul_rn(t, inv_freq[i]), &sn, &cs);
+        ga[p] = da * cs + db * sn; /* rotation by -angle: RoPE's backward */
+        gb[p] = db * cs - da * sn;
+        xa[p] = __bfloat162float(xr[i]);
+        xb[p] = __bfloat162float(xr[i + half]);
+        dot += w[i] * ga[p] * xa[p] + w[i + half] * gb[p] * xb[p];
+    }
+    dot = warp_sum(dot);
+    float c = r * r * r * dot / (float)head_dim;
+    bf16 *dxr = dx + row * head_dim;
+#pragma unroll
+    for (int p = 0; p < HNR_PAIRS; p++) {
+        int i = lane + 32 * p;
+        if (i >= half) break;
+        dxr[i] = __float2bfloat16(r * w[i] * ga[p] - xa[p] * c);
+        dxr[i + half] = __float2bfloat16(r * w[i + half] * gb[p] - xb[p] * c);
+    }
+}
+
+void qlt_cuda_head_norm_rope_fwd(qlt_backend *be, void *y, float *rstd, const void *x, const float *w,
+                                 const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim,
+                                 float eps) {
+    if (n <= 0) return;
+    QLT_ASSERT(head_dim % 2 == 0 && head_dim <= HNR_MAX_DIM);
+    int64_t rows = n * heads;
+    unsigned grid = (unsigned)((rows + RMS_WARPS - 1) / RMS_WARPS);
+    head_norm_rope_fwd_kernel<<<grid, 32 * RMS_WARPS, 0, cuda_impl_of(be)->stream>>>(
+        (bf16 *)y, rstd, (const bf16 *)x, w, pos, inv_freq, rows, heads, head_dim, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+void qlt_cuda_head_norm_rope_bwd(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
+                                 const float *w, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                                 int head_dim) {
+    if (n <= 0) return;
+    QLT_ASSERT(head_dim % 2 == 0 && head_dim <= HNR_MAX_DIM);
+    int64_t rows = n * heads;
+    unsigned grid = (unsigned)((rows + RMS_WARPS - 1) / RMS_WARPS);
+    head_norm_rope_bwd_kernel<<<grid, 32 * RMS_WARPS, 0, cuda_impl_of(be)->stream>>>(
+        (bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, w, pos, inv_freq, rows, heads, head_dim);
     CUDA_CHECK_LAUNCH();
 }

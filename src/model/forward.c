@@ -1,6 +1,6 @@
 /* forward.c: the decoder forward on the tape (see forward.h):
- * embed -> L x (rmsnorm -> q,k,v (+bias, +LoRA) -> [q/k norm] -> rope -> attention -> o (+LoRA) -> add
- *              -> rmsnorm -> gate, up (+LoRA) -> swiglu -> down (+LoRA) -> add) -> rmsnorm -> lm_head+CE */
+ * embed -> L x (rmsnorm -> q,k,v (+bias, +LoRA) -> [q/k norm] + rope -> attention -> o (+LoRA) -> add
+ *              + rmsnorm -> [gate|up] (+LoRA) -> swiglu -> down (+LoRA) -> add) -> rmsnorm -> lm_head+CE */
 #include "model/forward.h"
 
 #include <math.h>
@@ -27,33 +27,41 @@ static const qlt_lora_ref *lora_ref(const qlt_forward_opts *o, int layer, qlt_pr
     return ref;
 }
 
-/* One decoder layer on the tape: h [N, hidden] -> h + attn(...) + mlp(...). Returns the output value. */
+/* One decoder layer on the tape: h [N, hidden] -> h + attn(...) + mlp(...). Returns the output value.
+ * q/k/v share one LoRA group (x.A^T once); gate and up are one stacked GEMM writing [N, 2I], read by
+ * SwiGLU as it is; the attention residual add is fused with the MLP's RMSNorm. */
 static int layer_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *b, const qlt_forward_opts *opts, int l,
                          int h) {
     const qlt_model_config *c = &m->cfg;
     const qlt_layer *L = &m->layers[l];
     int64_t n = (int64_t)b->batch * b->seq;
     float attn_scale = 1.0f / sqrtf((float)c->head_dim);
-    qlt_lora_ref ref;
+    qlt_lora_ref refs[QLT_PROJ_COUNT];
+    const qlt_lora_ref *lr[QLT_PROJ_COUNT];
+    for (int p = 0; p < QLT_PROJ_COUNT; p++) lr[p] = lora_ref(opts, l, (qlt_proj)p, &refs[p]);
     int xn = qlt_ag_rmsnorm(g, h, L->attn_norm, n, c->hidden, c->rms_eps);
-    int q = qlt_ag_linear(g, xn, &L->proj[QLT_PROJ_Q], L->bias[0], lora_ref(opts, l, QLT_PROJ_Q, &ref), n);
-    int k = qlt_ag_linear(g, xn, &L->proj[QLT_PROJ_K], L->bias[1], lora_ref(opts, l, QLT_PROJ_K, &ref), n);
-    int v = qlt_ag_linear(g, xn, &L->proj[QLT_PROJ_V], L->bias[2], lora_ref(opts, l, QLT_PROJ_V, &ref), n);
+    const qlt_weight *qkv_w[3] = {&L->proj[QLT_PROJ_Q], &L->proj[QLT_PROJ_K], &L->proj[QLT_PROJ_V]};
+    const float *qkv_bias[3] = {L->bias[0], L->bias[1], L->bias[2]};
+    int qkv[3];
+    qlt_ag_linear_group(g, xn, 3, qkv_w, qkv_bias, &lr[QLT_PROJ_Q], 0, n, qkv);
+    int q = qkv[0], k = qkv[1], v = qkv[2];
     if (c->qk_norm) {
-        q = qlt_ag_rmsnorm(g, q, L->q_norm, n * c->n_heads, c->head_dim, c->rms_eps);
-        k = qlt_ag_rmsnorm(g, k, L->k_norm, n * c->n_kv_heads, c->head_dim, c->rms_eps);
+        q = qlt_ag_head_norm_rope(g, q, L->q_norm, b->positions, m->inv_freq, n, c->n_heads, c->head_dim, c->rms_eps);
+        k = qlt_ag_head_norm_rope(g, k, L->k_norm, b->positions, m->inv_freq, n, c->n_kv_heads, c->head_dim,
+                                  c->rms_eps);
+    } else {
+        q = qlt_ag_rope(g, q, b->positions, m->inv_freq, n, c->n_heads, c->head_dim);
+        k = qlt_ag_rope(g, k, b->positions, m->inv_freq, n, c->n_kv_heads, c->head_dim);
     }
-    q = qlt_ag_rope(g, q, b->positions, m->inv_freq, n, c->n_heads, c->head_dim);
-    k = qlt_ag_rope(g, k, b->positions, m->inv_freq, n, c->n_kv_heads, c->head_dim);
     int a = qlt_ag_attention(g, q, k, v, b->seg_start, b->batch, b->seq, c->n_heads, c->n_kv_heads, c->head_dim,
                              attn_scale);
-    int o = qlt_ag_linear(g, a, &L->proj[QLT_PROJ_O], NULL, lora_ref(opts, l, QLT_PROJ_O, &ref), n);
-    h = qlt_ag_add(g, h, o);
-    int xm = qlt_ag_rmsnorm(g, h, L->mlp_norm, n, c->hidden, c->rms_eps);
-    int gate = qlt_ag_linear(g, xm, &L->proj[QLT_PROJ_GATE], NULL, lora_ref(opts, l, QLT_PROJ_GATE, &ref), n);
-    int up = qlt_ag_linear(g, xm, &L->proj[QLT_PROJ_UP], NULL, lora_ref(opts, l, QLT_PROJ_UP, &ref), n);
-    int act = qlt_ag_swiglu(g, gate, up);
-    int down = qlt_ag_linear(g, act, &L->proj[QLT_PROJ_DOWN], NULL, lora_ref(opts, l, QLT_PROJ_DOWN, &ref), n);
+    int o = qlt_ag_linear(g, a, &L->proj[QLT_PROJ_O], NULL, lr[QLT_PROJ_O], n);
+    int xm = qlt_ag_add_rmsnorm(g, h, o, L->mlp_norm, n, c->hidden, c->rms_eps, &h);
+    const qlt_weight *gu_w[2] = {&L->proj[QLT_PROJ_GATE], &L->proj[QLT_PROJ_UP]};
+    int gu;
+    qlt_ag_linear_group(g, xm, 2, gu_w, NULL, &lr[QLT_PROJ_GATE], 1, n, &gu);
+    int act = qlt_ag_swiglu(g, gu, n, c->intermediate);
+    int down = qlt_ag_linear(g, act, &L->proj[QLT_PROJ_DOWN], NULL, lr[QLT_PROJ_DOWN], n);
     return qlt_ag_add(g, h, down);
 }
 

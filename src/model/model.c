@@ -80,14 +80,19 @@ static int load_prequantized(qlt_model *m, const qlt_st_dir *d, const char *dir,
     return 0;
 }
 
-int qlt_model_upload_rope(qlt_model *m) {
+int qlt_model_finish(qlt_model *m) {
     size_t bytes = sizeof(float) * (size_t)(m->cfg.head_dim / 2);
     float *inv = qlt_xmalloc(bytes);
     qlt_model_rope_inv_freq(&m->cfg, inv);
     m->inv_freq = m->be->alloc(m->be, bytes);
     if (m->inv_freq) m->be->upload(m->be, m->inv_freq, inv, bytes);
     free(inv);
-    return m->inv_freq ? 0 : qlt_fail("out of %s memory", m->be->name);
+    if (!m->inv_freq) return qlt_fail("out of %s memory", m->be->name);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const qlt_weight *gate_up[2] = {&m->layers[l].proj[QLT_PROJ_GATE], &m->layers[l].proj[QLT_PROJ_UP]};
+        QLT_TRY(m->be->weight_stack_prepare(m->be, gate_up, 2));
+    }
+    return 0;
 }
 
 int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_model_load_opts *opts) {
@@ -146,7 +151,7 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
             if (load_vector(m, &d, dir, name, c->head_dim, &L->k_norm)) goto done;
         }
     }
-    rc = qlt_model_upload_rope(m);
+    rc = qlt_model_finish(m);
 done:
     qlt_st_dir_close(&d);
     if (rc != 0) qlt_model_free(m);

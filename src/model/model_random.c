@@ -81,7 +81,7 @@ int qlt_model_init_random(qlt_model *m, qlt_backend *be, const qlt_model_config 
                            !(L->k_norm = const_vector(m, c->head_dim, 1.0f))))
             goto oom;
     }
-    if (qlt_model_upload_rope(m)) goto done;
+    if (qlt_model_finish(m)) goto done;
     rc = 0;
     goto done;
 oom:

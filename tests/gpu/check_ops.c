@@ -16,6 +16,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/nf4.h"
 #include "cuda/backend_cuda.h"
 #include "gpu_check.h"
 
@@ -247,7 +248,35 @@ void check_rope(void) {
     }
 }
 
-/* ---- swiglu, add, copy, dropout ---- */
+/* ---- swiglu (stacked gate|up rows), add, copy, dropout ---- */
+
+void check_swiglu(void) {
+    if (!gpu()) return;
+    gpu_rng r = {24};
+    /* I % 8 != 0 takes the scalar kernel, I % 8 == 0 the 16-byte one */
+    const int64_t shapes[][2] = {{1, 1}, {7, 13}, {33, 100}, {300, 896}, {64, 4864}};
+    for (int s = 0; s < 5; s++) {
+        int64_t n = shapes[s][0], inter = shapes[s][1], cnt = n * inter;
+        char sh[64];
+        snprintf(sh, sizeof sh, "N%lld I%lld", (long long)n, (long long)inter);
+        float *gu = hrand(&r, 2 * cnt, 2.0f), *dh = hrand(&r, cnt, 1.0f);
+        float *h_ref = malloc(sizeof(float) * (size_t)cnt), *dgu_ref = malloc(sizeof(float) * (size_t)(2 * cnt));
+        qlt_cpu_swiglu_fwd(h_ref, gu, n, inter);
+        qlt_cpu_swiglu_bwd(dgu_ref, dh, gu, n, inter);
+        void *dgu = dbf16(gu, 2 * cnt), *ddh = dbf16(dh, cnt), *hh = dpoison(2 * (size_t)cnt);
+        void *dout = dpoison(4 * (size_t)cnt);
+        G->swiglu_fwd(G, hh, dgu, n, inter);
+        G->swiglu_bwd(G, dout, ddh, dgu, n, inter);
+        float *h1 = hget_bf16(hh, cnt), *h2 = hget_bf16(dout, 2 * cnt);
+        row("swiglu_fwd", sh, h1, h_ref, cnt, 1e-2);
+        row("swiglu_bwd d(gate|up)", sh, h2, dgu_ref, 2 * cnt, 1e-2);
+        G->swiglu_bwd(G, dgu, ddh, dgu, n, inter); /* in place: the gradient over its input */
+        float *h3 = hget_bf16(dgu, 2 * cnt);
+        row("swiglu_bwd in place", sh, h3, h2, 2 * cnt, 0.0);
+        dfree_all();
+        free(gu), free(dh), free(h_ref), free(dgu_ref), free(h1), free(h2), free(h3);
+    }
+}
 
 void check_elementwise(void) {
     if (!gpu()) return;
@@ -257,19 +286,8 @@ void check_elementwise(void) {
         int64_t n = counts[s];
         char sh[64];
         snprintf(sh, sizeof sh, "count %lld", (long long)n);
-        float *g = hrand(&r, n, 2.0f), *u = hrand(&r, n, 1.0f), *dh = hrand(&r, n, 1.0f);
-        float *h_ref = malloc(sizeof(float) * (size_t)n), *dg_ref = malloc(sizeof(float) * (size_t)n),
-              *du_ref = malloc(sizeof(float) * (size_t)n);
-        qlt_cpu_swiglu_fwd(h_ref, g, u, n);
-        qlt_cpu_swiglu_bwd(dg_ref, du_ref, dh, g, u, n);
-        void *dg = dbf16(g, n), *du = dbf16(u, n), *ddh = dbf16(dh, n);
-        void *hh = dpoison(2 * (size_t)n), *dgo = dpoison(2 * (size_t)n), *duo = dpoison(2 * (size_t)n);
-        G->swiglu_fwd(G, hh, dg, du, n);
-        G->swiglu_bwd(G, dgo, duo, ddh, dg, du, n);
-        float *h1 = hget_bf16(hh, n), *h2 = hget_bf16(dgo, n), *h3 = hget_bf16(duo, n);
-        row("swiglu_fwd", sh, h1, h_ref, n, 1e-2);
-        row("swiglu_bwd dgate", sh, h2, dg_ref, n, 1e-2);
-        row("swiglu_bwd dup", sh, h3, du_ref, n, 1e-2);
+        float *g = hrand(&r, n, 2.0f), *u = hrand(&r, n, 1.0f);
+        void *dg = dbf16(g, n), *du = dbf16(u, n);
         /* add (out separate, and aliased with a) and copy */
         float *sum = malloc(sizeof(float) * (size_t)n);
         for (int64_t i = 0; i < n; i++) sum[i] = g[i] + u[i];
@@ -299,8 +317,70 @@ void check_elementwise(void) {
         gpu_check_row("dropout mask mismatches", sh, (double)mism, 0.0, "count");
         row("dropout values", sh, h7, d_ref, n, 1e-2);
         dfree_all();
-        free(g), free(u), free(dh), free(h_ref), free(dg_ref), free(du_ref), free(h1), free(h2), free(h3), free(sum);
-        free(h4), free(h5), free(h6), free(d_ref), free(h7);
+        free(g), free(u), free(sum), free(h4), free(h5), free(h6), free(d_ref), free(h7);
+    }
+}
+
+/* ---- fused norms: residual add + RMSNorm; Qwen3 head norm + RoPE (forward, backward, in place) ---- */
+
+void check_fused_norms(void) {
+    if (!gpu()) return;
+    gpu_rng r = {25};
+    const int64_t add_shapes[][2] = {{1, 64}, {7, 100}, {300, 896}, {33, 3584}};
+    for (int s = 0; s < 4; s++) {
+        int64_t n = add_shapes[s][0], d = add_shapes[s][1];
+        char sh[64];
+        snprintf(sh, sizeof sh, "N%lld D%lld", (long long)n, (long long)d);
+        float *a = hrand(&r, n * d, 1.0f), *b = hrand(&r, n * d, 1.0f), *w = hrand_f32(&r, d, 1.0f);
+        float *sum_ref = malloc(sizeof(float) * (size_t)(n * d)), *y_ref = malloc(sizeof(float) * (size_t)(n * d));
+        float *rstd_ref = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n * d; i++) sum_ref[i] = bfr(a[i] + b[i]); /* the sum is stored in bf16 */
+        qlt_cpu_rmsnorm_fwd(y_ref, rstd_ref, sum_ref, w, n, d, 1e-6f);
+        void *dsum = dpoison(2 * (size_t)(n * d)), *dy = dpoison(2 * (size_t)(n * d));
+        float *drstd = dpoison(4 * (size_t)n);
+        G->add_rmsnorm_fwd(G, dsum, dy, drstd, dbf16(a, n * d), dbf16(b, n * d), df32(w, d), n, d, 1e-6f);
+        float *gs = hget_bf16(dsum, n * d), *gy = hget_bf16(dy, n * d), *gr = hget_f32(drstd, n);
+        row("add_rmsnorm sum", sh, gs, sum_ref, n * d, 0.0);
+        row("add_rmsnorm y", sh, gy, y_ref, n * d, 1e-2);
+        row("add_rmsnorm rstd", sh, gr, rstd_ref, n, 1e-5);
+        dfree_all();
+        free(a), free(b), free(w), free(sum_ref), free(y_ref), free(rstd_ref), free(gs), free(gy), free(gr);
+    }
+    const int hnr_shapes[][3] = {{7, 4, 16}, {300, 16, 128}, {33, 2, 64}, {5, 8, 256}, {9, 3, 100}};
+    for (int s = 0; s < 5; s++) {
+        int64_t n = hnr_shapes[s][0];
+        int heads = hnr_shapes[s][1], hd = hnr_shapes[s][2];
+        int64_t cnt = n * heads * hd;
+        char sh[64];
+        snprintf(sh, sizeof sh, "N%lld H%d hd%d", (long long)n, heads, hd);
+        float *inv = malloc(sizeof(float) * (size_t)(hd / 2));
+        for (int i = 0; i < hd / 2; i++) inv[i] = powf(1000000.0f, -2.0f * i / hd);
+        int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
+        for (int64_t t = 0; t < n; t++) pos[t] = (int32_t)(gpu_rng_uniform(&r) * 8192);
+        float *x = hrand(&r, cnt, 1.0f), *w = hrand_f32(&r, hd, 1.0f), *gdy = hrand(&r, cnt, 1.0f);
+        float *y_ref = malloc(sizeof(float) * (size_t)cnt), *rstd_ref = malloc(sizeof(float) * (size_t)(n * heads));
+        qlt_cpu_rmsnorm_fwd(y_ref, rstd_ref, x, w, n * heads, hd, 1e-6f);
+        qlt_cpu_rope(y_ref, pos, inv, n, heads, hd, 0);
+        float *dx_ref = hcopy(gdy, cnt);
+        qlt_cpu_rope(dx_ref, pos, inv, n, heads, hd, 1);
+        qlt_cpu_rmsnorm_bwd(dx_ref, dx_ref, x, rstd_ref, w, n * heads, hd, 0.0f);
+        void *dxp = dbf16(x, cnt), *dyp = dpoison(2 * (size_t)cnt), *ddx = dpoison(2 * (size_t)cnt);
+        float *drstd = dpoison(4 * (size_t)(n * heads)), *dw = df32(w, hd), *dinv = df32(inv, hd / 2);
+        int32_t *dpos = di32(pos, n);
+        G->head_norm_rope_fwd(G, dyp, drstd, dxp, dw, dpos, dinv, n, heads, hd, 1e-6f);
+        float *gy = hget_bf16(dyp, cnt), *gr = hget_f32(drstd, n * heads);
+        row("head_norm_rope_fwd y", sh, gy, y_ref, cnt, 1e-2);
+        row("head_norm_rope_fwd rstd", sh, gr, rstd_ref, n * heads, 1e-5);
+        void *dgy = dbf16(gdy, cnt);
+        G->head_norm_rope_bwd(G, ddx, dgy, dxp, df32(rstd_ref, n * heads), dw, dpos, dinv, n, heads, hd);
+        float *gdx = hget_bf16(ddx, cnt);
+        row("head_norm_rope_bwd dx", sh, gdx, dx_ref, cnt, 1e-2);
+        G->head_norm_rope_bwd(G, dgy, dgy, dxp, df32(rstd_ref, n * heads), dw, dpos, dinv, n, heads, hd);
+        float *gin = hget_bf16(dgy, cnt);
+        row("head_norm_rope_bwd in place", sh, gin, gdx, cnt, 0.0);
+        dfree_all();
+        free(inv), free(pos), free(x), free(w), free(gdy), free(y_ref), free(rstd_ref), free(dx_ref), free(gy), free(gr);
+        free(gdx), free(gin);
     }
 }
 
@@ -325,7 +405,8 @@ void check_linear(void) {
                 for (int64_t t = 0; t < n; t++)
                     for (int64_t o = 0; o < rows; o++) ref[t * rows + o] += bias[o];
             void *y = dpoison(2 * (size_t)(n * rows));
-            G->linear_fwd(G, y, dx, &wt, with_bias ? df32(bias, rows) : NULL, n);
+            const qlt_weight *wp = &wt;
+            G->linear_fwd(G, y, dx, &wp, 1, with_bias ? df32(bias, rows) : NULL, n);
             float *got = hget_bf16(y, n * rows);
             row(with_bias ? "linear_fwd +bias" : "linear_fwd", sh, got, ref, n * rows, 1e-2);
             free(ref), free(got);
@@ -348,7 +429,8 @@ void check_linear(void) {
                 for (int mode = 2; mode >= 0; mode--) {
                     G->backward_a = (qlt_backward_a)mode;
                     void *ddx = beta ? dbf16(dx0s, n * cols) : dpoison(2 * (size_t)(n * cols));
-                    G->linear_bwd_x(G, ddx, ddy, &wt, n, (float)beta);
+                    const qlt_weight *wp = &wt;
+                    G->linear_bwd_x(G, ddx, ddy, &wp, 1, n, (float)beta);
                     float *got = hget_bf16(ddx, n * cols);
                     char name[64];
                     snprintf(name, sizeof name, "linear_bwd_x %s%s%s", mode_names[mode], beta ? " beta1" : "",
@@ -373,63 +455,180 @@ void check_linear(void) {
     }
 }
 
-/* ---- LoRA ---- */
+/* ---- linear over a stack of weights (gate+up, q/k/v shapes): one GEMM each way ---- */
+
+void check_linear_stack(void) {
+    if (!gpu()) return;
+    gpu_rng r = {26};
+    /* n, cols, rows of each stacked weight (0 = absent) */
+    const int64_t shapes[][5] = {{7, 64, 96, 96, 0}, {300, 896, 4864, 4864, 0}, {33, 128, 128, 32, 32},
+                                 {1, 896, 896, 128, 128}};
+    for (int s = 0; s < 4; s++) {
+        int64_t n = shapes[s][0], cols = shapes[s][1], rows[3], total = 0;
+        int k = 0;
+        for (int i = 0; i < 3; i++)
+            if (shapes[s][2 + i]) rows[k++] = shapes[s][2 + i], total += shapes[s][2 + i];
+        for (int nf4 = 0; nf4 <= 1; nf4++) {
+            char sh[96];
+            snprintf(sh, sizeof sh, "N%lld in%lld k%d out%lld %s", (long long)n, (long long)cols, k, (long long)total,
+                     nf4 ? "NF4" : "bf16");
+            float *x = hrand(&r, n * cols, 1.0f), *dy = hrand(&r, n * total, 1.0f), *w[3];
+            qlt_weight wt[3];
+            const qlt_weight *wp[3];
+            for (int i = 0; i < k; i++) {
+                w[i] = hrand(&r, rows[i] * cols, 0.05f);
+                if (G->weight_create(G, &wt[i], w[i], QLT_DTYPE_F32, rows[i], cols, nf4 ? 64 : 0, 1) != 0) {
+                    gpu_check_fail("weight_create", qlt_error());
+                    return;
+                }
+                if (nf4) { /* the reference multiplies the weights the GPU dequantizes: the CPU's dequant */
+                    qlt_backend *cpu = qlt_backend_cpu_create(1);
+                    qlt_weight cw;
+                    if (cpu->weight_create(cpu, &cw, w[i], QLT_DTYPE_F32, rows[i], cols, 64, 1) != 0) {
+                        gpu_check_fail("weight_create cpu", qlt_error());
+                        return;
+                    }
+                    qlt_nf4_dequantize_f32(&cw.nf4, w[i]);
+                    cpu->weight_free(cpu, &cw);
+                    cpu->destroy(cpu);
+                }
+                wp[i] = &wt[i];
+            }
+            if (G->weight_stack_prepare(G, wp, k) != 0) {
+                gpu_check_fail("weight_stack_prepare", qlt_error());
+                return;
+            }
+            float *y_ref = malloc(sizeof(float) * (size_t)(n * total)), *dx_ref = malloc(sizeof(float) * (size_t)(n * cols));
+            int64_t col = 0;
+            for (int i = 0; i < k; i++) {
+                qlt_cpu_gemm(0, 1, n, rows[i], cols, 1.0f, x, cols, w[i], cols, 0.0f, y_ref + col, total);
+                qlt_cpu_gemm(0, 0, n, cols, rows[i], 1.0f, dy + col, total, w[i], cols, i ? 1.0f : 0.0f, dx_ref, cols);
+                col += rows[i];
+            }
+            void *dxp = dbf16(x, n * cols), *y = dpoison(2 * (size_t)(n * total)), *ddx = dpoison(2 * (size_t)(n * cols));
+            G->linear_fwd(G, y, dxp, wp, k, NULL, n);
+            G->linear_bwd_x(G, ddx, dbf16(dy, n * total), wp, k, n, 0.0f);
+            float *gy = hget_bf16(y, n * total), *gdx = hget_bf16(ddx, n * cols);
+            row("linear_fwd stack", sh, gy, y_ref, n * total, 1e-2);
+            row("linear_bwd_x stack", sh, gdx, dx_ref, n * cols, 1e-2);
+            for (int i = 0; i < k; i++) G->weight_free(G, &wt[i]), free(w[i]);
+            dfree_all();
+            free(x), free(dy), free(y_ref), free(dx_ref), free(gy), free(gdx);
+        }
+    }
+}
+
+/* ---- LoRA: a group of k sites reading one input (k = 1, q/k/v, gate/up stacked in one output) ---- */
 
 void check_lora(void) {
     if (!gpu()) return;
     gpu_rng r = {16};
-    const int64_t shapes[][4] = {{7, 96, 64, 8}, {300, 896, 128, 16}, {1, 64, 96, 4}, {513, 896, 4864, 64}};
+    /* n, in, r, stacked (sites share one output row), outs of up to three sites */
+    const int64_t shapes[][7] = {{7, 96, 8, 0, 64, 0, 0},        {300, 896, 16, 0, 128, 0, 0},
+                                 {1, 64, 4, 0, 96, 0, 0},        {513, 896, 64, 0, 4864, 0, 0},
+                                 {300, 896, 16, 0, 896, 128, 128}, {77, 896, 16, 1, 4864, 4864, 0},
+                                 {5, 64, 8, 1, 40, 24, 8}};
     const float scale = 2.0f;
-    for (int s = 0; s < 4; s++) {
-        int64_t n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
-        int rk = (int)shapes[s][3];
-        char sh[64];
-        snprintf(sh, sizeof sh, "N%lld in%lld out%lld r%d", (long long)n, (long long)in, (long long)out, rk);
-        float *x = hrand(&r, n * in, 1.0f), *a = hrand_f32(&r, rk * in, 0.1f), *b = hrand_f32(&r, out * rk, 0.1f);
-        float *y0 = hrand(&r, n * out, 1.0f);
+    for (int s = 0; s < 7; s++) {
+        int64_t n = shapes[s][0], in = shapes[s][1], outs[3], total = 0;
+        int rk = (int)shapes[s][2], stacked = (int)shapes[s][3], k = 0;
+        for (int i = 0; i < 3; i++)
+            if (shapes[s][4 + i]) outs[k++] = shapes[s][4 + i], total += shapes[s][4 + i];
+        char sh[96];
+        snprintf(sh, sizeof sh, "N%lld in%lld k%d%s out%lld r%d", (long long)n, (long long)in, k,
+                 stacked ? " stacked" : "", (long long)total, rk);
+        float *x = hrand(&r, n * in, 1.0f), *a[3], *b[3], *y0[3], *dyv[3], *ga0[3], *gb0[3];
+        qlt_lora_site cs[3], gs[3]; /* CPU (host) and GPU (device) sites */
+        void *ybuf = NULL, *dybuf = NULL;
+        float *y0s = NULL, *dys = NULL;
+        if (stacked) { /* one [n, total] output and gradient, each site its columns */
+            y0s = hrand(&r, n * total, 1.0f), dys = hrand(&r, n * total, 1.0f);
+            ybuf = dbf16(y0s, n * total), dybuf = dbf16(dys, n * total);
+        }
+        int64_t col = 0;
+        for (int i = 0; i < k; i++) {
+            a[i] = hrand_f32(&r, rk * in, 0.1f), b[i] = hrand_f32(&r, outs[i] * rk, 0.1f);
+            ga0[i] = hrand_f32(&r, rk * in, 0.01f), gb0[i] = hrand_f32(&r, outs[i] * rk, 0.01f);
+            int64_t ld = stacked ? total : outs[i];
+            if (stacked) y0[i] = NULL, dyv[i] = NULL;
+            else y0[i] = hrand(&r, n * outs[i], 1.0f), dyv[i] = hrand(&r, n * outs[i], 1.0f);
+            cs[i] = (qlt_lora_site){stacked ? NULL : hcopy(y0[i], n * outs[i]), stacked ? NULL : dyv[i], ld, outs[i],
+                                    a[i], b[i], NULL, NULL};
+            gs[i] = (qlt_lora_site){stacked ? (char *)ybuf + 2 * col : dbf16(y0[i], n * outs[i]),
+                                    stacked ? (char *)dybuf + 2 * col : dbf16(dyv[i], n * outs[i]), ld, outs[i],
+                                    df32(a[i], rk * in), df32(b[i], outs[i] * rk), NULL, NULL};
+            if (stacked) {
+                cs[i].y = NULL; /* set below to the shared host copy */
+                cs[i].dy = dys + col;
+            }
+            col += outs[i];
+        }
+        float *yhost = stacked ? hcopy(y0s, n * total) : NULL;
+        col = 0;
+        for (int i = 0; i < k; i++) {
+            if (stacked) cs[i].y = yhost + col;
+            col += outs[i];
+        }
         /* forward */
-        float *u_ref = malloc(sizeof(float) * (size_t)(n * rk)), *y_ref = hcopy(y0, n * out);
-        qlt_cpu_gemm(0, 1, n, rk, in, 1.0f, x, in, a, in, 0.0f, u_ref, rk);
-        qlt_cpu_gemm(0, 1, n, out, rk, scale, u_ref, rk, b, rk, 1.0f, y_ref, out);
-        void *dxin = dbf16(x, n * in), *dy0 = dbf16(y0, n * out);
-        float *da_dev = df32(a, rk * in), *db_dev = df32(b, out * rk), *du = dpoison(4 * (size_t)(n * rk));
-        G->lora_fwd(G, dy0, du, dxin, da_dev, db_dev, n, in, out, rk, scale);
-        float *u = hget_f32(du, n * rk), *y = hget_bf16(dy0, n * out);
-        row("lora_fwd u (fp32)", sh, u, u_ref, n * rk, 1e-4);
-        row("lora_fwd y += (bf16)", sh, y, y_ref, n * out, 1e-2);
+        float *u_ref = malloc(sizeof(float) * (size_t)(n * k * rk));
+        qlt_cpu_lora_fwd(cs, k, u_ref, x, n, in, rk, scale);
+        void *dxin = dbf16(x, n * in);
+        float *du = dpoison(4 * (size_t)(n * k * rk));
+        G->lora_fwd(G, gs, k, du, dxin, n, in, rk, scale);
+        float *u = hget_f32(du, n * k * rk);
+        row("lora_fwd u (fp32)", sh, u, u_ref, n * k * rk, 1e-4);
+        if (stacked) {
+            float *y = hget_bf16(ybuf, n * total);
+            row("lora_fwd y += (bf16)", sh, y, yhost, n * total, 1e-2);
+            free(y);
+        } else {
+            for (int i = 0; i < k; i++) {
+                float *y = hget_bf16(gs[i].y, n * outs[i]);
+                char name[64];
+                snprintf(name, sizeof name, "lora_fwd y%d += (bf16)", i);
+                row(name, sh, y, cs[i].y, n * outs[i], 1e-2);
+                free(y);
+            }
+        }
         /* backward: dx with beta 0 / 1 and without dx; parameter grads accumulate onto non-zero values */
-        float *dyv = hrand(&r, n * out, 1.0f), *ga0 = hrand_f32(&r, rk * in, 0.01f), *gb0 = hrand_f32(&r, out * rk, 0.01f);
         float *dx0 = hrand(&r, n * in, 1.0f);
         for (int variant = 0; variant < 3; variant++) { /* 0: dx beta 0, 1: dx beta 1, 2: dx NULL */
             float beta = variant == 1 ? 1.0f : 0.0f;
-            float *ga_ref = hcopy(ga0, rk * in), *gb_ref = hcopy(gb0, out * rk), *dx_ref = hcopy(dx0, n * in);
-            float *du_ref = malloc(sizeof(float) * (size_t)(n * rk));
-            qlt_cpu_gemm(0, 0, n, rk, out, scale, dyv, out, b, rk, 0.0f, du_ref, rk);
-            qlt_cpu_gemm(1, 0, out, rk, n, scale, dyv, out, u_ref, rk, 1.0f, gb_ref, rk);
-            qlt_cpu_gemm(1, 0, rk, in, n, 1.0f, du_ref, rk, x, in, 1.0f, ga_ref, in);
-            qlt_cpu_gemm(0, 0, n, in, rk, 1.0f, du_ref, rk, a, in, beta, dx_ref, in);
-            float *dga = df32(ga0, rk * in), *dgb = df32(gb0, out * rk), *scr = dpoison(4 * (size_t)(n * rk));
+            float *ga_ref[3], *gb_ref[3], *dx_ref = hcopy(dx0, n * in);
+            for (int i = 0; i < k; i++) {
+                ga_ref[i] = hcopy(ga0[i], rk * in), gb_ref[i] = hcopy(gb0[i], outs[i] * rk);
+                cs[i].da = ga_ref[i], cs[i].db = gb_ref[i];
+                gs[i].da = df32(ga0[i], rk * in), gs[i].db = df32(gb0[i], outs[i] * rk);
+            }
+            float *du_ref = malloc(sizeof(float) * (size_t)(n * k * rk));
+            qlt_cpu_lora_bwd(cs, k, du_ref, u_ref, x, variant == 2 ? NULL : dx_ref, beta, n, in, rk, scale);
+            float *scr = dpoison(4 * (size_t)(n * k * rk));
             void *ddx = variant == 2 ? NULL : variant == 1 ? dbf16(dx0, n * in) : dpoison(2 * (size_t)(n * in));
-            G->lora_bwd(G, ddx, dga, dgb, scr, dbf16(dyv, n * out), dxin, df32(u_ref, n * rk), da_dev, db_dev, n, in,
-                        out, rk, scale, beta);
-            float *ga = hget_f32(dga, rk * in), *gb = hget_f32(dgb, out * rk);
+            G->lora_bwd(G, gs, k, scr, df32(u_ref, n * k * rk), dxin, ddx, beta, n, in, rk, scale);
             const char *v = variant == 0 ? " (dx beta0)" : variant == 1 ? " (dx beta1)" : " (no dx)";
             char name[64];
-            snprintf(name, sizeof name, "lora_bwd dA%s", v);
-            row(name, sh, ga, ga_ref, rk * in, 1e-4);
-            snprintf(name, sizeof name, "lora_bwd dB%s", v);
-            row(name, sh, gb, gb_ref, out * rk, 1e-4);
+            for (int i = 0; i < k; i++) {
+                float *ga = hget_f32(gs[i].da, rk * in), *gb = hget_f32(gs[i].db, outs[i] * rk);
+                snprintf(name, sizeof name, "lora_bwd dA%d%s", i, v);
+                row(name, sh, ga, ga_ref[i], rk * in, 1e-4);
+                snprintf(name, sizeof name, "lora_bwd dB%d%s", i, v);
+                row(name, sh, gb, gb_ref[i], outs[i] * rk, 1e-4);
+                free(ga), free(gb), free(ga_ref[i]), free(gb_ref[i]);
+            }
             if (ddx) {
                 float *dxg = hget_bf16(ddx, n * in);
                 snprintf(name, sizeof name, "lora_bwd dx%s", v);
                 row(name, sh, dxg, dx_ref, n * in, 1e-2);
                 free(dxg);
             }
-            free(ga_ref), free(gb_ref), free(dx_ref), free(du_ref), free(ga), free(gb);
+            free(dx_ref), free(du_ref);
         }
         dfree_all();
-        free(x), free(a), free(b), free(y0), free(u_ref), free(y_ref), free(u), free(y), free(dyv), free(ga0), free(gb0);
-        free(dx0);
+        for (int i = 0; i < k; i++) {
+            free(a[i]), free(b[i]), free(ga0[i]), free(gb0[i]);
+            if (!stacked) free(y0[i]), free(dyv[i]), free(cs[i].y);
+        }
+        free(x), free(u_ref), free(u), free(dx0), free(y0s), free(dys), free(yhost);
     }
 }
 
@@ -649,10 +848,12 @@ void check_graph_capture(void) {
             return;
         }
         G->rmsnorm_fwd(G, xn, rstd, dx, dnw, n, D, 1e-6f);
-        G->linear_fwd(G, q, xn, &wq, NULL, n);
-        G->lora_fwd(G, q, u, xn, da, db, n, D, D, RK, 2.0f);
-        G->linear_fwd(G, k, xn, &wk, NULL, n);
-        G->linear_fwd(G, v, xn, &wv, NULL, n);
+        const qlt_weight *pq = &wq, *pk = &wk, *pv = &wv;
+        qlt_lora_site site = {q, NULL, D, D, da, db, NULL, NULL};
+        G->linear_fwd(G, q, xn, &pq, 1, NULL, n);
+        G->lora_fwd(G, &site, 1, u, xn, n, D, RK, 2.0f);
+        G->linear_fwd(G, k, xn, &pk, 1, NULL, n);
+        G->linear_fwd(G, v, xn, &pv, 1, NULL, n);
         G->attention_fwd(G, o, lse, q, k, v, dseg, B, S, H, KV, HD, 1.0f / 8.0f);
         G->lm_head_loss(G, dsc, dxo, scr, o, &wh, dtg, n);
         G->attention_bwd(G, gq, gk, gv, dscr, dxo, o, lse, q, k, v, dseg, B, S, H, KV, HD, 1.0f / 8.0f);
@@ -784,7 +985,8 @@ void check_perf(void) {
             for (int it = 0; it < 6; it++) {
                 G->sync(G);
                 double t0 = now_s();
-                G->linear_bwd_x(G, dx, dy, &w, n, 0.0f);
+                const qlt_weight *wp = &w;
+                G->linear_bwd_x(G, dx, dy, &wp, 1, n, 0.0f);
                 G->sync(G);
                 if (it >= 1) tt += now_s() - t0;
             }

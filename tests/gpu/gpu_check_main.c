@@ -13,7 +13,10 @@
     X("rmsnorm", check_rmsnorm)               \
     X("rope", check_rope)                     \
     X("elementwise", check_elementwise)       \
+    X("swiglu", check_swiglu)                 \
+    X("fused_norms", check_fused_norms)       \
     X("linear", check_linear)                 \
+    X("weight_stack", check_linear_stack)     \
     X("lora", check_lora)                     \
     X("attention", check_attention)           \
     X("lm_head_loss", check_lm_head_loss)     \

@@ -1,0 +1,202 @@
+/* lora.cu: the LoRA side path on tensor cores, for a group of k projections that read the same input
+ * (q/k/v, gate/up, or one projection): x.A^T, dA and the adapters' share of dx are one GEMM each for the
+ * whole group, so x is read once and dx read and written once, whatever k is.
+ *
+ * Precision: A, B, u, du are fp32; tensor-core GEMMs need one type on both sides, so each fp32 operand f
+ * is split into bf16 hi = bf16(f), lo = bf16(f - hi) (f = hi + lo to ~2^-17 relative). Products of an
+ * fp32 with a bf16 activation use both halves ([hi | lo] as one GEMM of twice the width, the halves
+ * summed in fp32 after); products of two fp32 operands use hi*hi + hi*lo + lo*hi as ONE GEMM over a
+ * concatenated K = 3r, so a bf16 output is rounded once. Parameter gradients carry only the bf16
+ * rounding of the activations (x, dy), as fp32 LoRA math on bf16 activations would.
+ *
+ * Layouts (impl->lora_ws, bf16): A3 [k*3r, in] = per site [Ah; Al; Ah]; B3_i [out_i, 3r] = columns
+ * [bh | bl | bh]; token chunks T3 [T, k*3r] = per site columns [lo | hi | hi] of u (or du). Then
+ *   x . A3^T        -> per site [x Ah | x Al | x Ah]: the first two summed give u_i;
+ *   T3_i . B3_i^T   = ul bh + uh bl + uh bh = (u B^T) to ~2^-17;
+ *   T3^T . x        -> per site rows [dul^T x; duh^T x; duh^T x]: the first two summed give dA_i;
+ *   T3 . A3         = sum_i dul Ah + duh Al + duh Ah = sum_i du_i A_i (the group's dx in one GEMM);
+ *   dy_i . B3_i[:, :2r] and dy_i^T . T3_i[:, :2r] give du_i and dB_i as hi/lo pairs. */
+#include "cuda/cuda_common.h"
+
+/* out [3r, in] = [hi(a); lo(a); hi(a)] for a [r, in] (count = r * in) */
+static __global__ void stack3_kernel(bf16 *out, const float *a, int64_t count) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = a[i];
+        bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
+        out[i] = hi;
+        out[count + i] = lo;
+        out[2 * count + i] = hi;
+    }
+}
+
+/* x [rows, k*r] -> out [rows, k*3r]: site s's r values become three r-wide blocks, hi in each but the
+ * lo_third-th, which holds lo. */
+static __global__ void split3_kernel(bf16 *out, const float *x, int64_t rows, int r, int k, int lo_third) {
+    int kr = k * r;
+    int64_t total = rows * kr;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t row = i / kr;
+        int c = (int)(i - row * kr), site = c / r, j = c - site * r;
+        float v = x[i];
+        bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
+        bf16 *o = out + row * 3 * kr + (int64_t)site * 3 * r + j;
+        o[0] = lo_third == 0 ? lo : hi;
+        o[r] = lo_third == 1 ? lo : hi;
+        o[2 * r] = lo_third == 2 ? lo : hi;
+    }
+}
+
+static void split3(cudaStream_t s, bf16 *out, const float *x, int64_t rows, int r, int k, int lo_third) {
+    split3_kernel<<<qlt_grid(rows * k * r, 256), 256, 0, s>>>(out, x, rows, r, k, lo_third);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* dst[i, j] = (accumulate ? dst[i, j] : 0) + src[i*lds + j] + src[i*lds + j + off], i < rows, j < cols:
+ * the sum of the hi and lo halves of a product (column halves: off = r; row halves: off = r * lds). */
+static __global__ void sum_halves_kernel(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t off,
+                                         int64_t rows, int64_t cols, int accumulate) {
+    int64_t total = rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t row = i / cols, col = i - row * cols;
+        float v = src[row * lds + col] + src[row * lds + col + off];
+        float *d = dst + row * ldd + col;
+        *d = accumulate ? *d + v : v;
+    }
+}
+
+static void sum_halves(cudaStream_t s, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t off, int64_t rows,
+                       int64_t cols, int accumulate) {
+    sum_halves_kernel<<<qlt_grid(rows * cols, 256), 256, 0, s>>>(dst, ldd, src, lds, off, rows, cols, accumulate);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* u [rows, k*r] from the forward product P [rows, k*3r] (per site [x Ah | x Al | x Ah]): u_s = P_s0 + P_s1 */
+static __global__ void sum_first_two_kernel(float *u, const float *p, int64_t rows, int r, int k) {
+    int kr = k * r;
+    int64_t total = rows * kr;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t row = i / kr;
+        int c = (int)(i - row * kr), site = c / r, j = c - site * r;
+        const float *src = p + row * 3 * kr + (int64_t)site * 3 * r + j;
+        u[i] = src[0] + src[r];
+    }
+}
+
+typedef struct lora_ws {
+    bf16 *a3;                 /* [k*3r, in] */
+    bf16 *b3[QLT_STACK_MAX];  /* [out_i, 3r] */
+    bf16 *tok;                /* [T, k*3r] */
+    int64_t T;                /* tokens per chunk of tok */
+} lora_ws;
+
+/* The workspace laid out for this group, with A3 and each B3 built from the current A and B. */
+static lora_ws lora_prepare(qlt_backend *be, const qlt_lora_site *sites, int k, int64_t in, int r, int64_t n) {
+    cuda_impl *impl = cuda_impl_of(be);
+    cudaStream_t s = impl->stream;
+    QLT_ASSERT(k >= 1 && k <= QLT_STACK_MAX);
+    int64_t r3 = 3 * (int64_t)r, weights = (int64_t)k * r3 * in;
+    for (int i = 0; i < k; i++) weights += sites[i].out * r3;
+    int64_t cap = (int64_t)(QLT_CUDA_LORA_BYTES / sizeof(bf16));
+    int64_t tok_off = (weights + 7) & ~(int64_t)7; /* keep the token area 16-byte aligned */
+    if (tok_off + k * r3 * 16 > cap) {
+        fprintf(stderr, "qlora-train: LoRA r=%d on %d projections of width %lld needs more than the %zu MiB LoRA "
+                        "workspace (lower lora.r, or raise QLT_CUDA_LORA_BYTES in src/cuda/cuda_common.h)\n",
+                r, k, (long long)in, QLT_CUDA_LORA_BYTES >> 20);
+        abort();
+    }
+    lora_ws L;
+    L.a3 = (bf16 *)impl->lora_ws;
+    bf16 *next = L.a3 + (int64_t)k * r3 * in;
+    for (int i = 0; i < k; i++) {
+        stack3_kernel<<<qlt_grid((int64_t)r * in, 256), 256, 0, s>>>(L.a3 + (int64_t)i * r3 * in, sites[i].a,
+                                                                     (int64_t)r * in);
+        CUDA_CHECK_LAUNCH();
+        L.b3[i] = next;
+        split3(s, L.b3[i], sites[i].b, sites[i].out, r, 1, 1); /* [bh | bl | bh] */
+        next += sites[i].out * r3;
+    }
+    L.tok = (bf16 *)impl->lora_ws + tok_off;
+    L.T = (cap - tok_off) / (k * r3);
+    if (L.T > n) L.T = n;
+    return L;
+}
+
+/* Tokens per chunk whose fp32 [tokens, width] products fit the accumulation workspace. */
+static int64_t acc_tokens(int64_t width, int64_t n) {
+    int64_t t = (int64_t)(QLT_CUDA_LORA_ACC_BYTES / sizeof(float)) / width;
+    return t < n ? t : n;
+}
+
+void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *u, const void *x, int64_t n,
+                       int64_t in, int r, float scale) {
+    if (n <= 0) return;
+    cuda_impl *impl = cuda_impl_of(be);
+    cudaStream_t s = impl->stream;
+    lora_ws L = lora_prepare(be, sites, k, in, r, n);
+    const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
+    /* u = x A^T for every site at once: one GEMM against A3 (x read once), hi + lo summed */
+    const int64_t ta = acc_tokens(k3r, n);
+    for (int64_t t0 = 0; t0 < n; t0 += ta) {
+        int64_t tn = n - t0 < ta ? n - t0 : ta;
+        qlt_cuda_gemm(be, 0, 1, tn, k3r, in, 1.0f, (const bf16 *)x + t0 * in, CUDA_R_16BF, in, L.a3, CUDA_R_16BF, in,
+                      0.0f, impl->lora_acc, CUDA_R_32F, k3r);
+        sum_first_two_kernel<<<qlt_grid(tn * kr, 256), 256, 0, s>>>(u + t0 * kr, impl->lora_acc, tn, r, k);
+        CUDA_CHECK_LAUNCH();
+    }
+    /* y_i += scale [ul uh uh]_i [bh bl bh]_i^T */
+    for (int64_t t0 = 0; t0 < n; t0 += L.T) {
+        int64_t tn = n - t0 < L.T ? n - t0 : L.T;
+        split3(s, L.tok, u + t0 * kr, tn, r, k, 0);
+        for (int i = 0; i < k; i++)
+            qlt_cuda_gemm(be, 0, 1, tn, sites[i].out, 3 * r, scale, L.tok + (int64_t)i * 3 * r, CUDA_R_16BF, k3r,
+                          L.b3[i], CUDA_R_16BF, 3 * r, 1.0f, (bf16 *)sites[i].y + t0 * sites[i].ld, CUDA_R_16BF,
+                          sites[i].ld);
+    }
+}
+
+void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *scratch, const float *u,
+                       const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale) {
+    if (n <= 0) return;
+    cuda_impl *impl = cuda_impl_of(be);
+    cudaStream_t s = impl->stream;
+    lora_ws L = lora_prepare(be, sites, k, in, r, n);
+    float *acc = impl->lora_acc;
+    const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
+    int64_t widest = in * k3r;
+    for (int i = 0; i < k; i++)
+        if (sites[i].out * 2 * r > widest) widest = sites[i].out * 2 * r;
+    QLT_ASSERT(widest * (int64_t)sizeof(float) <= (int64_t)QLT_CUDA_LORA_ACC_BYTES);
+    float *du = scratch; /* [n, k*r] */
+    /* du_i = scale dy_i (Bh + Bl): one GEMM against B3_i's columns [bh | bl] (dy read once), halves summed */
+    const int64_t ta = acc_tokens(2 * r, n);
+    for (int i = 0; i < k; i++) {
+        for (int64_t t0 = 0; t0 < n; t0 += ta) {
+            int64_t tn = n - t0 < ta ? n - t0 : ta;
+            qlt_cuda_gemm(be, 0, 0, tn, 2 * r, sites[i].out, scale, (const bf16 *)sites[i].dy + t0 * sites[i].ld,
+                          CUDA_R_16BF, sites[i].ld, L.b3[i], CUDA_R_16BF, 3 * r, 0.0f, acc, CUDA_R_32F, 2 * r);
+            sum_halves(s, du + t0 * kr + (int64_t)i * r, kr, acc, 2 * r, r, tn, r, 0);
+        }
+    }
+    for (int64_t t0 = 0; t0 < n; t0 += L.T) {
+        int64_t tn = n - t0 < L.T ? n - t0 : L.T;
+        const bf16 *xc = (const bf16 *)x + t0 * in;
+        /* dB_i += scale dy_i^T (ul + uh): one GEMM per site against its [ul | uh] columns, halves summed */
+        split3(s, L.tok, u + t0 * kr, tn, r, k, 0);
+        for (int i = 0; i < k; i++) {
+            qlt_cuda_gemm(be, 1, 0, sites[i].out, 2 * r, tn, scale, (const bf16 *)sites[i].dy + t0 * sites[i].ld,
+                          CUDA_R_16BF, sites[i].ld, L.tok + (int64_t)i * 3 * r, CUDA_R_16BF, k3r, 0.0f, acc,
+                          CUDA_R_32F, 2 * r);
+            sum_halves(s, sites[i].db, r, acc, 2 * r, r, sites[i].out, r, 1);
+        }
+        /* dA for every site: one GEMM T3^T x -> [k*3r, in] (x read once), each site's first two row blocks summed */
+        split3(s, L.tok, du + t0 * kr, tn, r, k, 0);
+        qlt_cuda_gemm(be, 1, 0, k3r, in, tn, 1.0f, L.tok, CUDA_R_16BF, k3r, xc, CUDA_R_16BF, in, 0.0f, acc, CUDA_R_32F,
+                      in);
+        for (int i = 0; i < k; i++)
+            sum_halves(s, sites[i].da, in, acc + (int64_t)i * 3 * r * in, in, (int64_t)r * in, r, in, 1);
+        /* dx = beta dx + T3 A3: every site's du_i A_i in one GEMM (dx read and written once) */
+        if (dx)
+            qlt_cuda_gemm(be, 0, 0, tn, in, k3r, 1.0f, L.tok, CUDA_R_16BF, k3r, L.a3, CUDA_R_16BF, in, dx_beta,
+                          (bf16 *)dx + t0 * in, CUDA_R_16BF, in);
+    }
+}
