@@ -40,7 +40,9 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
+#ifdef QLT_ATTN_NO_LDMATRIX
 static __device__ __forceinline__ uint32_t lds32(const bf16 *p) { return *(const uint32_t *)p; }
+#endif
 
 /* B fragments of n-tiles (n0, n0+8) for k rows k0..k0+15 of a row-major [k][n] smem tile */
 static __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const bf16 *tile, int ld, int k0, int n0,
@@ -84,12 +86,40 @@ template <int N> static __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/* A fragments of rows r0..r0+15, k columns kk*16.. of a row-major smem tile */
-static __device__ __forceinline__ void lda_frag(uint32_t a[4], const bf16 *tile, int ld, int r0, int k0, int g, int t) {
+/* A fragment of rows r0..r0+15, k columns k0..k0+15 of a row-major smem tile: one ldmatrix.x4 (its four
+ * 8x8 matrices are a0..a3 of the mma A layout) */
+static __device__ __forceinline__ void lda_frag(uint32_t a[4], const bf16 *tile, int ld, int r0, int k0, int lane) {
+#ifdef QLT_ATTN_NO_LDMATRIX
+    int g = lane >> 2, t = lane & 3;
     a[0] = lds32(tile + (r0 + g) * ld + k0 + 2 * t);
     a[1] = lds32(tile + (r0 + g + 8) * ld + k0 + 2 * t);
     a[2] = lds32(tile + (r0 + g) * ld + k0 + 2 * t + 8);
     a[3] = lds32(tile + (r0 + g + 8) * ld + k0 + 2 * t + 8);
+#else
+    const bf16 *p = tile + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + k0 + ((lane >> 4) & 1) * 8;
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(addr));
+#endif
+}
+
+/* B fragments of the n-tiles n0 and n0+8 (k columns k0..k0+15) of a row-major [n][k] smem tile (K for
+ * S = Q K^T): b[0], b[1] for n0 and b[2], b[3] for n0 + 8, one ldmatrix.x4 */
+static __device__ __forceinline__ void ldb_pair(uint32_t b[4], const bf16 *tile, int ld, int n0, int k0, int lane) {
+#ifdef QLT_ATTN_NO_LDMATRIX
+    int g = lane >> 2, t = lane & 3;
+    b[0] = lds32(tile + (n0 + g) * ld + k0 + 2 * t);
+    b[1] = lds32(tile + (n0 + g) * ld + k0 + 2 * t + 8);
+    b[2] = lds32(tile + (n0 + 8 + g) * ld + k0 + 2 * t);
+    b[3] = lds32(tile + (n0 + 8 + g) * ld + k0 + 2 * t + 8);
+#else
+    const bf16 *p = tile + (n0 + (lane & 7) + ((lane >> 4) & 1) * 8) * ld + k0 + ((lane >> 3) & 1) * 8;
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"(addr));
+#endif
 }
 
 /* the smallest seg_start of a tile's rows (s_seg holds INT_MAX beyond seq), computed by every warp
@@ -172,7 +202,7 @@ static __device__ __forceinline__ int kv_stage(bf16 *Kbuf, bf16 *Vbuf, const bf1
 /* ================================ forward ================================ */
 
 template <int HD, int STAGES>
-static __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(bf16 *out, float *lse, const bf16 *q,
+static __global__ void __launch_bounds__(ATT_THREADS, 3) attn_fwd_kernel(bf16 *out, float *lse, const bf16 *q,
                                                                       const bf16 *k, const bf16 *v,
                                                                       const int32_t *seg_start, int seq, int n_heads,
                                                                       int n_kv, float scale) {
@@ -200,7 +230,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(bf16 *out,
     const int r0 = warp * 16;
     uint32_t qa[HD / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) lda_frag(qa[kk], Kbuf, LD, r0, kk * 16, g, t);
+    for (int kk = 0; kk < HD / 16; kk++) lda_frag(qa[kk], Kbuf, LD, r0, kk * 16, lane);
     const int row_a = m0 + r0 + g, row_b = row_a + 8;
     const int seg_a = s_seg[r0 + g], seg_b = s_seg[r0 + g + 8];
     __syncthreads(); /* Q fragments read before the K buffers are refilled */
@@ -224,9 +254,11 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(bf16 *out,
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++)
 #pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++) {
-                const bf16 *kr = Ks + (nt * 8 + g) * LD + kk * 16 + 2 * t;
-                mma16816(s[nt], qa[kk], lds32(kr), lds32(kr + 8));
+            for (int nt = 0; nt < BN / 8; nt += 2) {
+                uint32_t kb2[4];
+                ldb_pair(kb2, Ks, LD, nt * 8, kk * 16, lane);
+                mma16816(s[nt], qa[kk], kb2[0], kb2[1]);
+                mma16816(s[nt + 1], qa[kk], kb2[2], kb2[3]);
             }
         /* mask unless every key of the tile is visible to both of this thread's rows */
         if (!(n0 + BN - 1 <= row_a && n0 >= seg_a && n0 >= seg_b)) {
@@ -387,14 +419,17 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++) {
                 uint32_t ka[4], va[4];
-                lda_frag(ka, Ks, LD, kr0, kk * 16, g, t);
-                lda_frag(va, Vs, LD, kr0, kk * 16, g, t);
+                lda_frag(ka, Ks, LD, kr0, kk * 16, lane);
+                lda_frag(va, Vs, LD, kr0, kk * 16, lane);
 #pragma unroll
-                for (int nt = 0; nt < BM / 8; nt++) {
-                    const bf16 *qr = Qs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
-                    const bf16 *dr = dOs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
-                    mma16816(st[nt], ka, lds32(qr), lds32(qr + 8));
-                    mma16816(dpt[nt], va, lds32(dr), lds32(dr + 8));
+                for (int nt = 0; nt < BM / 8; nt += 2) {
+                    uint32_t qb[4], db[4];
+                    ldb_pair(qb, Qs, LD, nt * 8, kk * 16, lane);
+                    ldb_pair(db, dOs, LD, nt * 8, kk * 16, lane);
+                    mma16816(st[nt], ka, qb[0], qb[1]);
+                    mma16816(st[nt + 1], ka, qb[2], qb[3]);
+                    mma16816(dpt[nt], va, db[0], db[1]);
+                    mma16816(dpt[nt + 1], va, db[2], db[3]);
                 }
             }
             /* P^T and dS^T = P^T (dP^T - D) */
@@ -471,8 +506,8 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dq_kernel(bf16 *d
     uint32_t qa[HD / 16][4], doa[HD / 16][4];
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
-        lda_frag(qa[kk], Kbuf, LD, r0, kk * 16, g, t);
-        lda_frag(doa[kk], Vbuf, LD, r0, kk * 16, g, t);
+        lda_frag(qa[kk], Kbuf, LD, r0, kk * 16, lane);
+        lda_frag(doa[kk], Vbuf, LD, r0, kk * 16, lane);
     }
     const int row_a = m0 + r0 + g, row_b = row_a + 8;
     const int seg_a = s_seg[r0 + g], seg_b = s_seg[r0 + g + 8];
@@ -501,11 +536,14 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dq_kernel(bf16 *d
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++)
 #pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++) {
-                const bf16 *kr = Ks + (nt * 8 + g) * LD + kk * 16 + 2 * t;
-                const bf16 *vr = Vs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
-                mma16816(s[nt], qa[kk], lds32(kr), lds32(kr + 8));
-                mma16816(dp[nt], doa[kk], lds32(vr), lds32(vr + 8));
+            for (int nt = 0; nt < BN / 8; nt += 2) {
+                uint32_t kb2[4], vb2[4];
+                ldb_pair(kb2, Ks, LD, nt * 8, kk * 16, lane);
+                ldb_pair(vb2, Vs, LD, nt * 8, kk * 16, lane);
+                mma16816(s[nt], qa[kk], kb2[0], kb2[1]);
+                mma16816(s[nt + 1], qa[kk], kb2[2], kb2[3]);
+                mma16816(dp[nt], doa[kk], vb2[0], vb2[1]);
+                mma16816(dp[nt + 1], doa[kk], vb2[2], vb2[3]);
             }
 #pragma unroll
         for (int nt = 0; nt < BN / 8; nt++)
