@@ -122,6 +122,13 @@ static __device__ __forceinline__ void ldb_pair(uint32_t b[4], const bf16 *tile,
 #endif
 }
 
+/* 2^x on the SFU (ex2.approx: ~2 ulp; 2^-inf = 0), as flash-attention kernels use */
+static __device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* the smallest seg_start of a tile's rows (s_seg holds INT_MAX beyond seq), computed by every warp
  * (so the result is block-uniform without a barrier); s_seg must be visible (after a barrier) */
 static __device__ __forceinline__ int warp_min_seg(const int *s_seg, int rows) {
@@ -129,6 +136,16 @@ static __device__ __forceinline__ int warp_min_seg(const int *s_seg, int rows) {
     for (int i = threadIdx.x & 31; i < rows; i += 32) m = min(m, s_seg[i]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = min(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return m;
+}
+
+/* the largest seg_start of a tile's rows (INT_MAX when a row is beyond seq), block-uniform like
+ * warp_min_seg */
+static __device__ __forceinline__ int warp_max_seg(const int *s_seg, int rows) {
+    int m = INT_MIN;
+    for (int i = threadIdx.x & 31; i < rows; i += 32) m = max(m, s_seg[i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
     return m;
 }
 
@@ -280,12 +297,12 @@ static __global__ void __launch_bounds__(ATT_THREADS, 3) attn_fwd_kernel(bf16 *o
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float mu = mx == -INFINITY ? 0.0f : mx * sl2;
-            const float alpha = exp2f(mrow[hf] * sl2 - mu); /* 0 when the old max was -inf */
+            const float alpha = fast_exp2(mrow[hf] * sl2 - mu); /* 0 when the old max was -inf */
             mrow[hf] = mx;
             float rs = 0.0f;
 #pragma unroll
             for (int nt = 0; nt < BN / 8; nt++) {
-                float p0 = exp2f(s[nt][2 * hf] * sl2 - mu), p1 = exp2f(s[nt][2 * hf + 1] * sl2 - mu);
+                float p0 = fast_exp2(s[nt][2 * hf] * sl2 - mu), p1 = fast_exp2(s[nt][2 * hf + 1] * sl2 - mu);
                 s[nt][2 * hf] = p0;
                 s[nt][2 * hf + 1] = p1;
                 rs += p0 + p1;
@@ -432,17 +449,29 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
                     mma16816(dpt[nt + 1], va, db[2], db[3]);
                 }
             }
-            /* P^T and dS^T = P^T (dP^T - D) */
+            /* P^T and dS^T = P^T (dP^T - D); the per-query statistics of this thread's 2 BM/8 queries
+             * read once; no mask tests when every query of the tile sees both of this thread's keys */
+            float ql2[BM / 4], qd[BM / 4];
+#pragma unroll
+            for (int c = 0; c < BM / 4; c++) {
+                int ci = (c >> 1) * 8 + 2 * t + (c & 1);
+                ql2[c] = tlse2[ci];
+                qd[c] = tD[ci];
+            }
+            const bool full = key_b <= m0 && warp_max_seg(tseg, BM) <= key_a; /* tseg is INT_MAX beyond seq */
 #pragma unroll
             for (int nt = 0; nt < BM / 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int ci = nt * 8 + 2 * t + (e & 1); /* query index in the tile */
-                    int qi = m0 + ci, kj = e < 2 ? key_a : key_b;
-                    bool ok = kj <= qi && kj >= tseg[ci]; /* tseg is INT_MAX beyond seq */
-                    float p = ok ? exp2f(st[nt][e] * sl2 - tlse2[ci]) : 0.0f;
+                    const int c = nt * 2 + (e & 1), ci = nt * 8 + 2 * t + (e & 1); /* query index in the tile */
+                    bool ok = full;
+                    if (!full) {
+                        int kj = e < 2 ? key_a : key_b;
+                        ok = kj <= m0 + ci && kj >= tseg[ci];
+                    }
+                    float p = ok ? fast_exp2(st[nt][e] * sl2 - ql2[c]) : 0.0f;
                     st[nt][e] = p;
-                    dpt[nt][e] = p * (dpt[nt][e] - tD[ci]);
+                    dpt[nt][e] = p * (dpt[nt][e] - qd[c]);
                 }
             mma_acc_tile<HD, BM>(dva, st, dOs, lane); /* dV += P^T dO (k = queries) */
             mma_acc_tile<HD, BM>(dka, dpt, Qs, lane); /* dK += dS^T Q */
@@ -545,14 +574,19 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dq_kernel(bf16 *d
                 mma16816(dp[nt], doa[kk], vb2[0], vb2[1]);
                 mma16816(dp[nt + 1], doa[kk], vb2[2], vb2[3]);
             }
+        /* no mask tests when every key of the tile is visible to both of this thread's rows */
+        const bool full = n0 + BN - 1 <= row_a && n0 >= seg_a && n0 >= seg_b;
 #pragma unroll
         for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int j = n0 + nt * 8 + 2 * t + (e & 1);
-                int i = e < 2 ? row_a : row_b, sg = e < 2 ? seg_a : seg_b;
-                bool ok = j <= i && j >= sg;
-                float p = ok ? exp2f(s[nt][e] * sl2 - (e < 2 ? lse2_a : lse2_b)) : 0.0f;
+                bool ok = full;
+                if (!full) {
+                    int j = n0 + nt * 8 + 2 * t + (e & 1);
+                    int i = e < 2 ? row_a : row_b, sg = e < 2 ? seg_a : seg_b;
+                    ok = j <= i && j >= sg;
+                }
+                float p = ok ? fast_exp2(s[nt][e] * sl2 - (e < 2 ? lse2_a : lse2_b)) : 0.0f;
                 s[nt][e] = p * (dp[nt][e] - (e < 2 ? d_a : d_b)); /* dS */
             }
         mma_acc_tile<HD, BN>(dqa, s, Ks, lane); /* dQ += dS K (k = keys) */
