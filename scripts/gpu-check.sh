@@ -16,7 +16,7 @@ if [ ! -x "$bin" ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
 export LD_LIBRARY_PATH="$build_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-groups="embed rmsnorm rope elementwise swiglu fused_norms linear weight_stack lora attention lm_head_loss optimizer graph_capture perf"
+groups="embed rmsnorm rope elementwise swiglu fused_norms linear weight_stack lora adapter_fold attention lm_head_loss optimizer graph_capture perf"
 table=$(mktemp)
 status=0
 for g in $groups; do

@@ -212,6 +212,26 @@ void qlt_ag_linear_group(qlt_graph *g, int x, int k, const qlt_weight *const *w,
         }
     }
     int has_lora = node->u.linear.n_lora > 0, x_grad = g->values[x].needs_grad;
+    int nl = node->u.linear.n_lora;
+    if (stacked && k > 1 && nl == k && node->u.linear.lora[0].dropout == 0 && be->linear_lora_fwd) {
+        /* every weight of the stack has an adapter: the backend folds them into the one GEMM */
+        const qlt_lora_ref *l0 = &node->u.linear.lora[0];
+        outs[0] = qlt_graph_value(g, NULL, n * rows, 1);
+        node->u.linear.outs[0] = node->out = outs[0];
+        node->u.linear.u = qlt_graph_alloc(g, sizeof(float) * (size_t)(n * nl * l0->r));
+        qlt_lora_site sites[QLT_STACK_MAX];
+        for (int j = 0; j < nl; j++) {
+            QLT_ASSERT(node->u.linear.lora[j].r == l0->r && node->u.linear.lora[j].scale == l0->scale);
+            sites[j] = lora_site(g, node, j);
+        }
+        qlt_graph_phase(g, QLT_PHASE_FWD_GEMM);
+        if (RUN) be->linear_lora_fwd(be, g->values[outs[0]].data, node->u.linear.u, g->values[x].data, w, k, sites, n,
+                                     l0->r, l0->scale);
+        TOUCH(g->values[outs[0]].data);
+        TOUCH(g->values[x].data);
+        TOUCH(node->u.linear.u);
+        return;
+    }
     qlt_graph_phase(g, QLT_PHASE_FWD_GEMM);
     if (stacked) {
         outs[0] = qlt_graph_value(g, NULL, n * rows, x_grad || has_lora);
@@ -231,7 +251,7 @@ void qlt_ag_linear_group(qlt_graph *g, int x, int k, const qlt_weight *const *w,
     node->out = node->u.linear.outs[0];
     TOUCH(g->values[x].data);
     if (!has_lora) return;
-    int nl = node->u.linear.n_lora, r = node->u.linear.lora[0].r;
+    int r = node->u.linear.lora[0].r;
     float scale = node->u.linear.lora[0].scale, p = node->u.linear.lora[0].dropout;
     for (int j = 1; j < nl; j++)
         QLT_ASSERT(node->u.linear.lora[j].r == r && node->u.linear.lora[j].scale == scale &&

@@ -132,8 +132,9 @@ struct qlt_backend {
     void (*rmsnorm_bwd)(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
                         const float *w, int64_t n, int64_t d, float beta);
     /* Prepares a stack of k frozen weights with the same cols (gate and up) for the linear ops below:
-     * grows the scratch they are dequantized into side by side. Load time only; 0 or -1 with qlt_fail. */
-    int (*weight_stack_prepare)(qlt_backend *be, const qlt_weight *const *w, int k);
+     * grows the scratch they are dequantized into side by side, with extra_cols more columns a row (room
+     * for adapters folded in by linear_lora_fwd). Load time only; 0 or -1 with qlt_fail. */
+    int (*weight_stack_prepare)(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols);
     /* A stack of k <= QLT_STACK_MAX weights with the same cols read as one [sum rows_i, cols] matrix:
      * y [N, sum rows_i] = x [N, cols] . [W_0; ...; W_k-1]^T (+ bias [rows_0] when not NULL; k == 1 only).
      * One GEMM on CUDA (NF4 weights dequantized side by side). */
@@ -143,6 +144,13 @@ struct qlt_backend {
      * be->backward_a). */
     void (*linear_bwd_x)(qlt_backend *be, void *dx, const void *dy, const qlt_weight *const *w, int k,
                          int64_t n, float beta);
+    /* Optional (NULL: linear_fwd then lora_fwd, which it must equal up to rounding): the stacked linear
+     * with an adapter on every weight of the stack (sites[i] belongs to w[i], its y inside the stacked
+     * output), folded into one GEMM: y [N, sum rows] = [x | u3] . [W | scale B3]^T over K = cols + 3kr,
+     * u [N, k*r] = x . A^T saved as lora_fwd saves it. Rounds y once instead of twice and writes it once
+     * instead of reading and writing it again. Weight stack prepared with extra_cols >= 3 k r. */
+    void (*linear_lora_fwd)(qlt_backend *be, void *y, float *u, const void *x, const qlt_weight *const *w, int k,
+                            const qlt_lora_site *sites, int64_t n, int r, float scale);
     /* LoRA side path of k projections that read the same input x [N, in] (q/k/v, gate/up, or one):
      * u [N, k*r] = x . [A_0; ...; A_k-1]^T (saved; site i's columns i*r..), then per site
      * y_i [N, out_i] (row stride ld_i) += scale * u_i . B_i^T. x.A^T is one product for all sites. */

@@ -174,7 +174,7 @@ static void cpu_rmsnorm_bwd(qlt_backend *be, void *dx, const void *dy, const voi
 }
 
 /* The stack runs weight by weight into its columns of y (the reference needs no side-by-side copy). */
-static int cpu_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k) {
+static int cpu_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols) {
     for (int i = 1; i < k; i++) QLT_ASSERT(w[i]->cols == w[0]->cols);
     return 0;
 }

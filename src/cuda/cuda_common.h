@@ -148,7 +148,11 @@ const bf16 *qlt_cuda_weight_bf16(qlt_backend *be, const qlt_weight *w);
 void qlt_cuda_gemm(qlt_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const void *a, cudaDataType_t ta, int64_t lda, const void *b, cudaDataType_t tb, int64_t ldb,
                    float beta, void *c, cudaDataType_t tc, int64_t ldc);
-int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k);
+int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols);
+/* The stack as one bf16 [*rows, cols] matrix with row stride ld >= cols: a single bf16 weight as it is
+ * (ld == cols), otherwise the weights dequantized (NF4) or copied (bf16) side by side into impl->dequant,
+ * whose columns cols..ld-1 are left as they were (stream-ordered). */
+const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld, int64_t *rows);
 void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k, const float *bias,
                          int64_t n);
 void qlt_cuda_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *const *w, int k, int64_t n,
@@ -160,6 +164,8 @@ void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
                        int64_t in, int r, float scale);
 void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *scratch, const float *u,
                        const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale);
+void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const qlt_weight *const *w, int k,
+                              const qlt_lora_site *sites, int64_t n, int r, float scale);
 
 /* attention.cu */
 void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,

@@ -187,36 +187,38 @@ const bf16 *qlt_cuda_weight_bf16(qlt_backend *be, const qlt_weight *w) {
     return NULL;
 }
 
-int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k) {
-    int64_t numel = 0;
+int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols) {
+    int64_t rows = 0;
     for (int i = 0; i < k; i++) {
         QLT_ASSERT(w[i]->cols == w[0]->cols);
-        numel += w[i]->rows * w[i]->cols;
+        rows += w[i]->rows;
     }
-    return k > 1 ? reserve_dequant(be, numel) : 0;
+    return k > 1 || extra_cols > 0 ? reserve_dequant(be, rows * (w[0]->cols + extra_cols)) : 0;
 }
 
-/* A stack of weights as one bf16 [*rows, cols] matrix: a single bf16 weight as it is, NF4 weights
- * dequantized side by side into impl->dequant, dense bf16 weights of a stack copied side by side there
- * (separate allocations; model.quant: none only). */
-static const bf16 *stack_bf16(qlt_backend *be, const qlt_weight *const *w, int k, int64_t *rows) {
+const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld, int64_t *rows) {
     QLT_ASSERT(k >= 1 && k <= QLT_STACK_MAX);
+    const int64_t cols = w[0]->cols;
     *rows = 0;
     for (int i = 0; i < k; i++) *rows += w[i]->rows;
-    if (k == 1) return qlt_cuda_weight_bf16(be, w[0]);
+    if (k == 1 && ld == cols) return qlt_cuda_weight_bf16(be, w[0]);
     cuda_impl *impl = cuda_impl_of(be);
-    QLT_ASSERT(*rows * w[0]->cols <= impl->dequant_elems); /* weight_stack_prepare was called */
+    QLT_ASSERT(*rows * ld <= impl->dequant_elems && ld >= cols); /* weight_stack_prepare was called */
     bf16 *dst = impl->dequant;
     for (int i = 0; i < k; i++) {
-        QLT_ASSERT(w[i]->cols == w[0]->cols);
+        QLT_ASSERT(w[i]->cols == cols);
         if (w[i]->format == QLT_WFORMAT_NF4) {
-            dequantize_into(be, dst, w[i]);
+            qlt_phase was = impl->phase;
+            if (be->phase) be->phase(be, QLT_PHASE_DEQUANT);
+            QLT_ASSERT(qlt_cuda_nf4_dequantize_rows(&w[i]->nf4, dst, QLT_DTYPE_BF16, cols, ld, impl->stream) == 0);
+            if (be->phase) be->phase(be, was);
         } else {
             QLT_ASSERT(w[i]->format == QLT_WFORMAT_BF16);
-            CUDA_CHECK(cudaMemcpyAsync(dst, w[i]->data, sizeof(bf16) * (size_t)(w[i]->rows * w[i]->cols),
-                                       cudaMemcpyDeviceToDevice, impl->stream));
+            CUDA_CHECK(cudaMemcpy2DAsync(dst, sizeof(bf16) * (size_t)ld, w[i]->data, sizeof(bf16) * (size_t)cols,
+                                         sizeof(bf16) * (size_t)cols, (size_t)w[i]->rows, cudaMemcpyDeviceToDevice,
+                                         impl->stream));
         }
-        dst += w[i]->rows * w[i]->cols;
+        dst += w[i]->rows * ld;
     }
     return impl->dequant;
 }
@@ -228,7 +230,7 @@ void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weig
     if (n <= 0) return;
     QLT_ASSERT(bias == NULL || k == 1);
     int64_t rows, cols = w[0]->cols;
-    const bf16 *wb = stack_bf16(be, w, k, &rows);
+    const bf16 *wb = qlt_cuda_stack_bf16(be, w, k, cols, &rows);
     qlt_cuda_gemm(be, 0, 1, n, rows, cols, 1.0f, x, CUDA_R_16BF, cols, wb, CUDA_R_16BF, cols, 0.0f, y, CUDA_R_16BF,
                   rows);
     if (bias) qlt_cuda_bias_add(cuda_impl_of(be)->stream, (bf16 *)y, bias, n, rows);
@@ -353,7 +355,7 @@ void qlt_cuda_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_
                            float beta) {
     if (n <= 0) return;
     int64_t rows, cols = w[0]->cols;
-    const bf16 *wb = stack_bf16(be, w, k, &rows);
+    const bf16 *wb = qlt_cuda_stack_bf16(be, w, k, cols, &rows);
     switch (be->backward_a) {
     case QLT_BACKWARD_A_FP16:
         linear_bwd_x_converted(be, (bf16 *)dx, (const bf16 *)dy, wb, n, rows, cols, beta, true);

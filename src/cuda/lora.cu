@@ -15,7 +15,9 @@
  *   T3_i . B3_i^T   = ul bh + uh bl + uh bh = (u B^T) to ~2^-17;
  *   T3^T . x        -> per site rows [dul^T x; duh^T x; duh^T x]: the first two summed give dA_i;
  *   T3 . A3         = sum_i dul Ah + duh Al + duh Ah = sum_i du_i A_i (the group's dx in one GEMM);
- *   dy_i . B3_i[:, :2r] and dy_i^T . T3_i[:, :2r] give du_i and dB_i as hi/lo pairs. */
+ *   dy_i . B3_i[:, :2r] and dy_i^T . T3_i[:, :2r] give du_i and dB_i as hi/lo pairs.
+ * linear_lora_fwd folds a stack's adapters into its frozen GEMM: [x | T3] . [W | scale B3]^T is the
+ * forward in one product over K = in + 3kr (the weight dequantized into rows of that width). */
 #include "cuda/cuda_common.h"
 
 /* out [3r, in] = [hi(a); lo(a); hi(a)] for a [r, in] (count = r * in) */
@@ -29,9 +31,10 @@ static __global__ void stack3_kernel(bf16 *out, const float *a, int64_t count) {
     }
 }
 
-/* x [rows, k*r] -> out [rows, k*3r]: site s's r values become three r-wide blocks, hi in each but the
- * lo_third-th, which holds lo. */
-static __global__ void split3_kernel(bf16 *out, const float *x, int64_t rows, int r, int k, int lo_third) {
+/* x [rows, k*r] -> out [rows, k*3r] (row stride ld_out): site s's r values become three r-wide blocks, hi
+ * in each but the lo_third-th, which holds lo. */
+static __global__ void split3_kernel(bf16 *out, int64_t ld_out, const float *x, int64_t rows, int r, int k,
+                                     int lo_third) {
     int kr = k * r;
     int64_t total = rows * kr;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -39,7 +42,7 @@ static __global__ void split3_kernel(bf16 *out, const float *x, int64_t rows, in
         int c = (int)(i - row * kr), site = c / r, j = c - site * r;
         float v = x[i];
         bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
-        bf16 *o = out + row * 3 * kr + (int64_t)site * 3 * r + j;
+        bf16 *o = out + row * ld_out + (int64_t)site * 3 * r + j;
         o[0] = lo_third == 0 ? lo : hi;
         o[r] = lo_third == 1 ? lo : hi;
         o[2 * r] = lo_third == 2 ? lo : hi;
@@ -47,7 +50,7 @@ static __global__ void split3_kernel(bf16 *out, const float *x, int64_t rows, in
 }
 
 static void split3(cudaStream_t s, bf16 *out, const float *x, int64_t rows, int r, int k, int lo_third) {
-    split3_kernel<<<qlt_grid(rows * k * r, 256), 256, 0, s>>>(out, x, rows, r, k, lo_third);
+    split3_kernel<<<qlt_grid(rows * k * r, 256), 256, 0, s>>>(out, 3 * (int64_t)k * r, x, rows, r, k, lo_third);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -127,6 +130,20 @@ static int64_t acc_tokens(int64_t width, int64_t n) {
     return t < n ? t : n;
 }
 
+/* u [n, k*r] = x A^T for every site at once: one GEMM against A3 (x read once), hi + lo summed */
+static void lora_u(qlt_backend *be, const lora_ws *L, float *u, const void *x, int64_t n, int64_t in, int r, int k) {
+    cuda_impl *impl = cuda_impl_of(be);
+    const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
+    const int64_t ta = acc_tokens(k3r, n);
+    for (int64_t t0 = 0; t0 < n; t0 += ta) {
+        int64_t tn = n - t0 < ta ? n - t0 : ta;
+        qlt_cuda_gemm(be, 0, 1, tn, k3r, in, 1.0f, (const bf16 *)x + t0 * in, CUDA_R_16BF, in, L->a3, CUDA_R_16BF, in,
+                      0.0f, impl->lora_acc, CUDA_R_32F, k3r);
+        sum_first_two_kernel<<<qlt_grid(tn * kr, 256), 256, 0, impl->stream>>>(u + t0 * kr, impl->lora_acc, tn, r, k);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
 void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *u, const void *x, int64_t n,
                        int64_t in, int r, float scale) {
     if (n <= 0) return;
@@ -134,15 +151,7 @@ void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
     cudaStream_t s = impl->stream;
     lora_ws L = lora_prepare(be, sites, k, in, r, n);
     const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
-    /* u = x A^T for every site at once: one GEMM against A3 (x read once), hi + lo summed */
-    const int64_t ta = acc_tokens(k3r, n);
-    for (int64_t t0 = 0; t0 < n; t0 += ta) {
-        int64_t tn = n - t0 < ta ? n - t0 : ta;
-        qlt_cuda_gemm(be, 0, 1, tn, k3r, in, 1.0f, (const bf16 *)x + t0 * in, CUDA_R_16BF, in, L.a3, CUDA_R_16BF, in,
-                      0.0f, impl->lora_acc, CUDA_R_32F, k3r);
-        sum_first_two_kernel<<<qlt_grid(tn * kr, 256), 256, 0, s>>>(u + t0 * kr, impl->lora_acc, tn, r, k);
-        CUDA_CHECK_LAUNCH();
-    }
+    lora_u(be, &L, u, x, n, in, r, k);
     /* y_i += scale [ul uh uh]_i [bh bl bh]_i^T */
     for (int64_t t0 = 0; t0 < n; t0 += L.T) {
         int64_t tn = n - t0 < L.T ? n - t0 : L.T;
@@ -198,5 +207,71 @@ void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
         if (dx)
             qlt_cuda_gemm(be, 0, 0, tn, in, k3r, 1.0f, L.tok, CUDA_R_16BF, k3r, L.a3, CUDA_R_16BF, in, dx_beta,
                           (bf16 *)dx + t0 * in, CUDA_R_16BF, in);
+    }
+}
+
+/* ---- the stacked linear with its adapters folded into the one GEMM ---- */
+
+typedef struct fold_sites {
+    const float *b[QLT_STACK_MAX]; /* [out_i, r] */
+    int64_t out[QLT_STACK_MAX];
+    int k;
+} fold_sites;
+
+/* Columns cols.. of W' [rows, ld]: the rows of site i get scale [bh | bl | bh] of B_i in the site's 3r
+ * columns and 0 in every other site's (the adapters' block diagonal of the folded product). */
+static __global__ void fold_b_kernel(bf16 *wp, int64_t ld, int64_t cols, fold_sites f, int r, float scale) {
+    int64_t rows = 0;
+    for (int i = 0; i < f.k; i++) rows += f.out[i];
+    const int k3r = 3 * f.k * r;
+    const int64_t total = rows * k3r;
+    for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        int64_t row = idx / k3r;
+        int c = (int)(idx - row * k3r), site = c / (3 * r), part = (c % (3 * r)) / r, j = c % r;
+        int owner = 0;
+        int64_t local = row;
+        while (local >= f.out[owner]) local -= f.out[owner++];
+        bf16 v = __float2bfloat16(0.0f);
+        if (owner == site) {
+            float x = scale * f.b[site][local * r + j];
+            bf16 hi = __float2bfloat16(x);
+            v = part == 1 ? __float2bfloat16(x - __bfloat162float(hi)) : hi;
+        }
+        wp[row * ld + cols + c] = v;
+    }
+}
+
+void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const qlt_weight *const *w, int k,
+                              const qlt_lora_site *sites, int64_t n, int r, float scale) {
+    if (n <= 0) return;
+    cuda_impl *impl = cuda_impl_of(be);
+    cudaStream_t s = impl->stream;
+    const int64_t in = w[0]->cols, kr = (int64_t)k * r, ld = in + 3 * kr;
+    const qlt_phase was = impl->phase; /* the folded GEMM is the caller's; u and the operands are LoRA's */
+    if (be->phase) be->phase(be, QLT_PHASE_LORA);
+    lora_ws L = lora_prepare(be, sites, k, in, r, n);
+    lora_u(be, &L, u, x, n, in, r, k);
+    if (be->phase) be->phase(be, was);
+    /* W' = [W_0; ...; W_k-1 | scale B3 block diagonal] */
+    int64_t rows;
+    bf16 *wp = (bf16 *)qlt_cuda_stack_bf16(be, w, k, ld, &rows);
+    fold_sites f;
+    f.k = k;
+    for (int i = 0; i < k; i++) f.b[i] = sites[i].b, f.out[i] = sites[i].out;
+    fold_b_kernel<<<qlt_grid(rows * 3 * kr, 256), 256, 0, s>>>(wp, ld, in, f, r, scale);
+    CUDA_CHECK_LAUNCH();
+    /* X' = [x | per site (ul uh uh)] in token chunks through the conversion workspace, one GEMM each */
+    bf16 *xp = (bf16 *)impl->conv;
+    int64_t chunk = (int64_t)(3 * QLT_CUDA_CONV_ELEMS * sizeof(float) / sizeof(bf16)) / ld;
+    QLT_ASSERT(chunk > 0);
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+        int64_t tn = n - t0 < chunk ? n - t0 : chunk;
+        CUDA_CHECK(cudaMemcpy2DAsync(xp, sizeof(bf16) * (size_t)ld, (const bf16 *)x + t0 * in, sizeof(bf16) * (size_t)in,
+                                     sizeof(bf16) * (size_t)in, (size_t)tn, cudaMemcpyDeviceToDevice, s));
+        split3_kernel<<<qlt_grid(tn * kr, 256), 256, 0, s>>>(xp + in, ld, u + t0 * kr, tn, r, k, 0);
+        CUDA_CHECK_LAUNCH();
+        qlt_cuda_gemm(be, 0, 1, tn, rows, ld, 1.0f, xp, CUDA_R_16BF, ld, wp, CUDA_R_16BF, ld, 0.0f,
+                      (bf16 *)y + t0 * rows, CUDA_R_16BF, rows);
     }
 }

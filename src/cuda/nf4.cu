@@ -166,7 +166,15 @@ struct nf4_dq_args {
     float offset;
     int log2_blocksize;
     int64_t n;
+    int64_t cols, ld; /* output rows of `cols` values `ld` apart (ld == cols: contiguous); cols % 8 == 0 */
 };
+
+/* Where value e of the flattened weight goes in the (possibly row-strided) output. */
+static __device__ __forceinline__ int64_t out_index(const nf4_dq_args &a, int64_t e) {
+    if (a.ld == a.cols) return e;
+    int64_t row = e / a.cols;
+    return row * a.ld + (e - row * a.cols);
+}
 
 template <bool NESTED>
 static __device__ __forceinline__ float block_scale(const nf4_dq_args &a, int64_t blk) {
@@ -214,11 +222,11 @@ static __device__ __forceinline__ void dequantize_chunk(const nf4_dq_args &a, T 
             v[2 * j] = mul_ftz(lut[byte >> 4], s);
             v[2 * j + 1] = mul_ftz(lut[byte & 0x0f], s);
         }
-        store8(out + e, v);
+        store8(out + out_index(a, e), v); /* 8 values never straddle a row (cols % 8 == 0) */
     } else {
         for (int64_t i = e; i < a.n; i++) {
             uint8_t byte = a.codes[i / 2];
-            store1(out + i, mul_ftz(lut[(i & 1) ? (byte & 0x0f) : (byte >> 4)], s));
+            store1(out + out_index(a, i), mul_ftz(lut[(i & 1) ? (byte & 0x0f) : (byte >> 4)], s));
         }
     }
 }
@@ -269,7 +277,7 @@ static __global__ void nf4_dequantize_scalar_kernel(nf4_dq_args a, T *__restrict
     if (i >= a.n) return;
     const float s = block_scale<NESTED>(a, i >> a.log2_blocksize);
     uint8_t byte = a.codes[i / 2];
-    store1(out + i, mul_ftz(nf4_codebook_const[(i & 1) ? (byte & 0x0f) : (byte >> 4)], s));
+    store1(out + out_index(a, i), mul_ftz(nf4_codebook_const[(i & 1) ? (byte & 0x0f) : (byte >> 4)], s));
 }
 
 static __global__ void nf4_rcp_kernel(const float *__restrict__ in, float *__restrict__ out, int64_t n) {
@@ -430,8 +438,14 @@ extern "C" int qlt_cuda_nf4_quantize(qlt_nf4 *q, const void *x, qlt_dtype dtype,
 }
 
 extern "C" int qlt_cuda_nf4_dequantize(const qlt_nf4 *q, void *out, qlt_dtype out_dtype, void *stream_) {
+    return qlt_cuda_nf4_dequantize_rows(q, out, out_dtype, q->numel, q->numel, stream_);
+}
+
+extern "C" int qlt_cuda_nf4_dequantize_rows(const qlt_nf4 *q, void *out, qlt_dtype out_dtype, int64_t cols, int64_t ld,
+                                            void *stream_) {
     cudaStream_t stream = (cudaStream_t)stream_;
     QLT_ASSERT(q->blocksize >= 32 && (q->blocksize & (q->blocksize - 1)) == 0);
+    QLT_ASSERT(cols > 0 && ld >= cols && q->numel % cols == 0 && (ld == cols || cols % 8 == 0));
     nf4_dq_args a;
     a.codes = q->codes;
     a.absmax = q->absmax;
@@ -441,6 +455,8 @@ extern "C" int qlt_cuda_nf4_dequantize(const qlt_nf4 *q, void *out, qlt_dtype ou
     a.offset = q->offset;
     a.log2_blocksize = __builtin_ctz((unsigned)q->blocksize);
     a.n = q->numel;
+    a.cols = cols;
+    a.ld = ld;
     const bool nested = q->double_quant != 0;
     switch (out_dtype) {
     case QLT_DTYPE_F32:

@@ -38,6 +38,10 @@ int qlt_cuda_nf4_quantize(qlt_nf4 *q, const void *x, qlt_dtype dtype, void *work
  * inside a captured graph). Memory-bound: 16-byte loads and stores when out and q->codes are 16-byte
  * aligned. */
 int qlt_cuda_nf4_dequantize(const qlt_nf4 *q, void *out, qlt_dtype out_dtype, void *stream);
+/* The same into rows of `cols` values `ld` elements apart (the weight is [numel / cols, cols]; cols % 8 == 0
+ * when ld > cols): a weight dequantized into a wider matrix, e.g. with room for LoRA columns. */
+int qlt_cuda_nf4_dequantize_rows(const qlt_nf4 *q, void *out, qlt_dtype out_dtype, int64_t cols, int64_t ld,
+                                 void *stream);
 
 /* For the checks: out[i] = rcp.approx.ftz.f32(in[i]) on the device (what bitsandbytes computes for
  * 1/absmax). */

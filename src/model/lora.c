@@ -62,6 +62,18 @@ int qlt_lora_create(qlt_lora *lora, const qlt_model *model, int r, float alpha, 
     be->zero(be, lora->grads, bytes);
     be->zero(be, lora->m, bytes);
     be->zero(be, lora->v, bytes);
+    /* gate+up with an adapter on each: room for the adapters' columns next to the stacked weight, where
+     * the backend can fold them into the one GEMM (linear_lora_fwd) */
+    unsigned gate_up = proj_target_bit[QLT_PROJ_GATE] | proj_target_bit[QLT_PROJ_UP];
+    if ((targets & gate_up) == gate_up) {
+        for (int l = 0; l < lora->n_layers; l++) {
+            const qlt_weight *w[2] = {&model->layers[l].proj[QLT_PROJ_GATE], &model->layers[l].proj[QLT_PROJ_UP]};
+            if (be->weight_stack_prepare(be, w, 2, 2 * 3 * (int64_t)r) != 0) {
+                qlt_lora_free(lora);
+                return -1;
+            }
+        }
+    }
     return 0;
 }
 

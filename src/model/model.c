@@ -90,7 +90,7 @@ int qlt_model_finish(qlt_model *m) {
     if (!m->inv_freq) return qlt_fail("out of %s memory", m->be->name);
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const qlt_weight *gate_up[2] = {&m->layers[l].proj[QLT_PROJ_GATE], &m->layers[l].proj[QLT_PROJ_UP]};
-        QLT_TRY(m->be->weight_stack_prepare(m->be, gate_up, 2));
+        QLT_TRY(m->be->weight_stack_prepare(m->be, gate_up, 2, 0));
     }
     return 0;
 }

@@ -494,7 +494,7 @@ void check_linear_stack(void) {
                 }
                 wp[i] = &wt[i];
             }
-            if (G->weight_stack_prepare(G, wp, k) != 0) {
+            if (G->weight_stack_prepare(G, wp, k, 0) != 0) {
                 gpu_check_fail("weight_stack_prepare", qlt_error());
                 return;
             }
@@ -629,6 +629,76 @@ void check_lora(void) {
             if (!stacked) free(y0[i]), free(dyv[i]), free(cs[i].y);
         }
         free(x), free(u_ref), free(u), free(dx0), free(y0s), free(dys), free(yhost);
+    }
+}
+
+/* ---- the stacked linear with its adapters folded into one GEMM (linear_lora_fwd) ---- */
+
+void check_linear_lora(void) {
+    if (!gpu()) return;
+    gpu_rng r = {27};
+    /* n, in, r, outs of the stacked weights (gate/up and a three-weight stack) */
+    const int64_t shapes[][6] = {{77, 896, 16, 4864, 4864, 0}, {300, 64, 8, 40, 24, 16}, {1, 128, 4, 96, 96, 0},
+                                 {513, 1536, 64, 8960, 8960, 0}};
+    const float scale = 2.0f;
+    for (int s = 0; s < 4; s++) {
+        int64_t n = shapes[s][0], in = shapes[s][1], outs[3], total = 0;
+        int rk = (int)shapes[s][2], k = 0;
+        for (int i = 0; i < 3; i++)
+            if (shapes[s][3 + i]) outs[k++] = shapes[s][3 + i], total += shapes[s][3 + i];
+        for (int nf4 = 0; nf4 <= 1; nf4++) {
+            char sh[96];
+            snprintf(sh, sizeof sh, "N%lld in%lld k%d out%lld r%d %s", (long long)n, (long long)in, k, (long long)total,
+                     rk, nf4 ? "NF4" : "bf16");
+            float *x = hrand(&r, n * in, 1.0f), *w[3], *a[3], *b[3];
+            qlt_weight wt[3];
+            const qlt_weight *wp[3];
+            qlt_lora_site cs[3], gs[3];
+            float *y_ref = calloc((size_t)(n * total), sizeof(float));
+            int64_t col = 0;
+            for (int i = 0; i < k; i++) {
+                w[i] = hrand(&r, outs[i] * in, 0.05f);
+                if (G->weight_create(G, &wt[i], w[i], QLT_DTYPE_F32, outs[i], in, nf4 ? 64 : 0, 1) != 0) {
+                    gpu_check_fail("weight_create", qlt_error());
+                    return;
+                }
+                if (nf4) { /* the reference multiplies the weights the GPU dequantizes */
+                    qlt_backend *cpu = qlt_backend_cpu_create(1);
+                    qlt_weight cw;
+                    if (cpu->weight_create(cpu, &cw, w[i], QLT_DTYPE_F32, outs[i], in, 64, 1) != 0) {
+                        gpu_check_fail("weight_create cpu", qlt_error());
+                        return;
+                    }
+                    qlt_nf4_dequantize_f32(&cw.nf4, w[i]);
+                    cpu->weight_free(cpu, &cw);
+                    cpu->destroy(cpu);
+                }
+                wp[i] = &wt[i];
+                a[i] = hrand_f32(&r, rk * in, 0.1f), b[i] = hrand_f32(&r, outs[i] * rk, 0.1f);
+                qlt_cpu_gemm(0, 1, n, outs[i], in, 1.0f, x, in, w[i], in, 0.0f, y_ref + col, total);
+                cs[i] = (qlt_lora_site){y_ref + col, NULL, total, outs[i], a[i], b[i], NULL, NULL};
+                gs[i] = (qlt_lora_site){NULL, NULL, total, outs[i], df32(a[i], rk * in), df32(b[i], outs[i] * rk), NULL,
+                                        NULL};
+                col += outs[i];
+            }
+            if (G->weight_stack_prepare(G, wp, k, 3 * (int64_t)k * rk) != 0) {
+                gpu_check_fail("weight_stack_prepare", qlt_error());
+                return;
+            }
+            float *u_ref = malloc(sizeof(float) * (size_t)(n * k * rk));
+            qlt_cpu_lora_fwd(cs, k, u_ref, x, n, in, rk, scale);
+            void *y = dpoison(2 * (size_t)(n * total));
+            col = 0;
+            for (int i = 0; i < k; i++) gs[i].y = (char *)y + 2 * col, col += outs[i];
+            float *du = dpoison(4 * (size_t)(n * k * rk));
+            G->linear_lora_fwd(G, y, du, dbf16(x, n * in), wp, k, gs, n, rk, scale);
+            float *gy = hget_bf16(y, n * total), *gu = hget_f32(du, n * k * rk);
+            row("linear_lora_fwd y (folded)", sh, gy, y_ref, n * total, 1e-2);
+            row("linear_lora_fwd u (fp32)", sh, gu, u_ref, n * k * rk, 1e-4);
+            for (int i = 0; i < k; i++) G->weight_free(G, &wt[i]), free(w[i]), free(a[i]), free(b[i]);
+            dfree_all();
+            free(x), free(y_ref), free(u_ref), free(gy), free(gu);
+        }
     }
 }
 

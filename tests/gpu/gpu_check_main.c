@@ -18,6 +18,7 @@
     X("linear", check_linear)                 \
     X("weight_stack", check_linear_stack)     \
     X("lora", check_lora)                     \
+    X("adapter_fold", check_linear_lora)      \
     X("attention", check_attention)           \
     X("lm_head_loss", check_lm_head_loss)     \
     X("optimizer", check_optimizer)           \
