@@ -252,8 +252,13 @@ void qlt_cuda_head_norm_rope_fwd(qlt_backend *be, void *y, float *rstd, const vo
                                  const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim,
                                  float eps) {
     if (n <= 0) return;
-    QLT_ASSERT(head_dim % 2 == 0 && head_dim <= HNR_MAX_DIM);
+    QLT_ASSERT(head_dim % 2 == 0);
     int64_t rows = n * heads;
+    if (head_dim > HNR_MAX_DIM) { /* wider heads than the registers hold: the two ops one after the other */
+        qlt_cuda_rmsnorm_fwd(be, y, rstd, x, w, rows, head_dim, eps);
+        qlt_cuda_rope(be, y, pos, inv_freq, n, heads, head_dim, 0);
+        return;
+    }
     unsigned grid = (unsigned)((rows + RMS_WARPS - 1) / RMS_WARPS);
     head_norm_rope_fwd_kernel<<<grid, 32 * RMS_WARPS, 0, cuda_impl_of(be)->stream>>>(
         (bf16 *)y, rstd, (const bf16 *)x, w, pos, inv_freq, rows, heads, head_dim, eps);
@@ -264,8 +269,14 @@ void qlt_cuda_head_norm_rope_bwd(qlt_backend *be, void *dx, const void *dy, cons
                                  const float *w, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
                                  int head_dim) {
     if (n <= 0) return;
-    QLT_ASSERT(head_dim % 2 == 0 && head_dim <= HNR_MAX_DIM);
+    QLT_ASSERT(head_dim % 2 == 0);
     int64_t rows = n * heads;
+    if (head_dim > HNR_MAX_DIM) { /* rope^-1 on a copy of dy, then the norm's backward in place (row by row) */
+        qlt_cuda_copy(be, dx, dy, rows * head_dim);
+        qlt_cuda_rope(be, dx, pos, inv_freq, n, heads, head_dim, 1);
+        qlt_cuda_rmsnorm_bwd(be, dx, dx, x, rstd, w, rows, head_dim, 0.0f);
+        return;
+    }
     unsigned grid = (unsigned)((rows + RMS_WARPS - 1) / RMS_WARPS);
     head_norm_rope_bwd_kernel<<<grid, 32 * RMS_WARPS, 0, cuda_impl_of(be)->stream>>>(
         (bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, w, pos, inv_freq, rows, heads, head_dim);

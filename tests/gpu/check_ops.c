@@ -346,8 +346,9 @@ void check_fused_norms(void) {
         dfree_all();
         free(a), free(b), free(w), free(sum_ref), free(y_ref), free(rstd_ref), free(gs), free(gy), free(gr);
     }
-    const int hnr_shapes[][3] = {{7, 4, 16}, {300, 16, 128}, {33, 2, 64}, {5, 8, 256}, {9, 3, 100}};
-    for (int s = 0; s < 5; s++) {
+    /* hd 320: wider than the fused kernel's registers, the unfused fallback */
+    const int hnr_shapes[][3] = {{7, 4, 16}, {300, 16, 128}, {33, 2, 64}, {5, 8, 256}, {9, 3, 100}, {6, 2, 320}};
+    for (int s = 0; s < 6; s++) {
         int64_t n = hnr_shapes[s][0];
         int heads = hnr_shapes[s][1], hd = hnr_shapes[s][2];
         int64_t cnt = n * heads * hd;
