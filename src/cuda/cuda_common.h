@@ -85,6 +85,25 @@ typedef struct cuda_impl {
 
 static inline cuda_impl *cuda_impl_of(qlt_backend *be) { return (cuda_impl *)be->impl; }
 
+/* Eight bf16 values as one 16-byte word <-> fp32 (the vectorized elementwise and norm kernels). */
+static __device__ __forceinline__ void qlt_bf16x8_unpack(uint4 raw, float f[8]) {
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&raw;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float2 v = __bfloat1622float2(h[j]);
+        f[2 * j] = v.x;
+        f[2 * j + 1] = v.y;
+    }
+}
+
+static __device__ __forceinline__ uint4 qlt_bf16x8_pack(const float f[8]) {
+    uint4 raw;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&raw;
+#pragma unroll
+    for (int j = 0; j < 4; j++) h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
+    return raw;
+}
+
 /* grid size for n items in blocks of `threads`, capped for grid-stride loops */
 static inline unsigned qlt_grid(int64_t n, int threads, int64_t cap = 65535LL * 32) {
     int64_t g = (n + threads - 1) / threads;

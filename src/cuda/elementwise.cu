@@ -74,24 +74,6 @@ static __device__ __forceinline__ void swiglu_bwd1(float g, float u, float d, fl
     *dg = d * u * sig * (1.0f + g * (1.0f - sig));
 }
 
-static __device__ __forceinline__ void unpack8(uint4 raw, float f[8]) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&raw;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        float2 v = __bfloat1622float2(h[j]);
-        f[2 * j] = v.x;
-        f[2 * j + 1] = v.y;
-    }
-}
-
-static __device__ __forceinline__ uint4 pack8(const float f[8]) {
-    uint4 raw;
-    __nv_bfloat162 *h = (__nv_bfloat162 *)&raw;
-#pragma unroll
-    for (int j = 0; j < 4; j++) h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
-    return raw;
-}
-
 /* VEC: i counts groups of 8 (inter8 = I / 8); else single elements (inter8 = I) */
 template <bool VEC>
 static __global__ void swiglu_fwd_kernel(bf16 *h, const bf16 *gu, int64_t n, int64_t inter8) {
@@ -101,11 +83,11 @@ static __global__ void swiglu_fwd_kernel(bf16 *h, const bf16 *gu, int64_t n, int
         if (VEC) {
             const uint4 *row = (const uint4 *)gu + t * 2 * inter8;
             float g[8], u[8], o[8];
-            unpack8(row[j], g);
-            unpack8(row[inter8 + j], u);
+            qlt_bf16x8_unpack(row[j], g);
+            qlt_bf16x8_unpack(row[inter8 + j], u);
 #pragma unroll
             for (int e = 0; e < 8; e++) swiglu_fwd1(g[e], u[e], &o[e]);
-            ((uint4 *)h)[i] = pack8(o);
+            ((uint4 *)h)[i] = qlt_bf16x8_pack(o);
         } else {
             const bf16 *row = gu + t * 2 * inter8;
             float o;
@@ -125,13 +107,13 @@ static __global__ void swiglu_bwd_kernel(bf16 *dgu, const bf16 *dh, const bf16 *
             const uint4 *row = (const uint4 *)gu + t * 2 * inter8;
             uint4 *drow = (uint4 *)dgu + t * 2 * inter8;
             float g[8], u[8], d[8], dg[8], du[8];
-            unpack8(row[j], g);
-            unpack8(row[inter8 + j], u);
-            unpack8(((const uint4 *)dh)[i], d);
+            qlt_bf16x8_unpack(row[j], g);
+            qlt_bf16x8_unpack(row[inter8 + j], u);
+            qlt_bf16x8_unpack(((const uint4 *)dh)[i], d);
 #pragma unroll
             for (int e = 0; e < 8; e++) swiglu_bwd1(g[e], u[e], d[e], &dg[e], &du[e]);
-            drow[j] = pack8(dg);
-            drow[inter8 + j] = pack8(du);
+            drow[j] = qlt_bf16x8_pack(dg);
+            drow[inter8 + j] = qlt_bf16x8_pack(du);
         } else {
             const bf16 *row = gu + t * 2 * inter8;
             bf16 *drow = dgu + t * 2 * inter8;

@@ -14,24 +14,9 @@ static __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-static __device__ __forceinline__ void load8(const bf16 *p, float f[8]) {
-    uint4 raw = *(const uint4 *)p;
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&raw;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        float2 v = __bfloat1622float2(h[j]);
-        f[2 * j] = v.x;
-        f[2 * j + 1] = v.y;
-    }
-}
+static __device__ __forceinline__ void load8(const bf16 *p, float f[8]) { qlt_bf16x8_unpack(*(const uint4 *)p, f); }
 
-static __device__ __forceinline__ void store8(bf16 *p, const float f[8]) {
-    uint4 raw;
-    __nv_bfloat162 *h = (__nv_bfloat162 *)&raw;
-#pragma unroll
-    for (int j = 0; j < 4; j++) h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
-    *(uint4 *)p = raw;
-}
+static __device__ __forceinline__ void store8(bf16 *p, const float f[8]) { *(uint4 *)p = qlt_bf16x8_pack(f); }
 
 /* ADD: the row is first formed as sum = bf16(x + x2) (written out), as the unfused add would round it. */
 template <bool VEC, bool ADD>

@@ -143,6 +143,22 @@ static int weight(qlt_weight *w, const float *h, int64_t rows, int64_t cols) {
     return 0;
 }
 
+/* w [rows, cols] (host floats) replaced by its NF4 round trip (blocksize 64, double quant) on the CPU: what
+ * the GPU multiplies after dequantizing the same bytes, so a reference computed from it isolates the op */
+static int nf4_reference(float *w, int64_t rows, int64_t cols) {
+    qlt_backend *cpu = qlt_backend_cpu_create(1);
+    qlt_weight cw;
+    int rc = cpu->weight_create(cpu, &cw, w, QLT_DTYPE_F32, rows, cols, 64, 1);
+    if (rc == 0) {
+        qlt_nf4_dequantize_f32(&cw.nf4, w);
+        cpu->weight_free(cpu, &cw);
+    } else {
+        gpu_check_fail("weight_create cpu", qlt_error());
+    }
+    cpu->destroy(cpu);
+    return rc;
+}
+
 /* packed examples: each row split into segments of random lengths (1 .. max_len) */
 static void make_segments(int32_t *seg, gpu_rng *r, int batch, int seq, int max_len) {
     for (int b = 0; b < batch; b++) {
@@ -482,17 +498,7 @@ void check_linear_stack(void) {
                     gpu_check_fail("weight_create", qlt_error());
                     return;
                 }
-                if (nf4) { /* the reference multiplies the weights the GPU dequantizes: the CPU's dequant */
-                    qlt_backend *cpu = qlt_backend_cpu_create(1);
-                    qlt_weight cw;
-                    if (cpu->weight_create(cpu, &cw, w[i], QLT_DTYPE_F32, rows[i], cols, 64, 1) != 0) {
-                        gpu_check_fail("weight_create cpu", qlt_error());
-                        return;
-                    }
-                    qlt_nf4_dequantize_f32(&cw.nf4, w[i]);
-                    cpu->weight_free(cpu, &cw);
-                    cpu->destroy(cpu);
-                }
+                if (nf4 && nf4_reference(w[i], rows[i], cols)) return;
                 wp[i] = &wt[i];
             }
             if (G->weight_stack_prepare(G, wp, k, 0) != 0) {
@@ -663,17 +669,7 @@ void check_linear_lora(void) {
                     gpu_check_fail("weight_create", qlt_error());
                     return;
                 }
-                if (nf4) { /* the reference multiplies the weights the GPU dequantizes */
-                    qlt_backend *cpu = qlt_backend_cpu_create(1);
-                    qlt_weight cw;
-                    if (cpu->weight_create(cpu, &cw, w[i], QLT_DTYPE_F32, outs[i], in, 64, 1) != 0) {
-                        gpu_check_fail("weight_create cpu", qlt_error());
-                        return;
-                    }
-                    qlt_nf4_dequantize_f32(&cw.nf4, w[i]);
-                    cpu->weight_free(cpu, &cw);
-                    cpu->destroy(cpu);
-                }
+                if (nf4 && nf4_reference(w[i], outs[i], in)) return;
                 wp[i] = &wt[i];
                 a[i] = hrand_f32(&r, rk * in, 0.1f), b[i] = hrand_f32(&r, outs[i] * rk, 0.1f);
                 qlt_cpu_gemm(0, 1, n, outs[i], in, 1.0f, x, in, w[i], in, 0.0f, y_ref + col, total);
