@@ -1,6 +1,7 @@
 /* test_golden.c: the CPU reference against Hugging Face transformers + PEFT (float64 goldens) on the
  * three tiny fixtures: logits and loss without and with the initial adapter (F32 and BF16 weights),
- * and every LoRA gradient after one backward. */
+ * and every LoRA gradient after one backward; with LoRA dropout (no golden for it), the gradients
+ * against central differences of the loss the forward computes. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -203,5 +204,88 @@ ParameterizedTest(golden_case *c, golden, gradients) {
         }
     }
     cr_assert_eq(checked, r.lora.n_layers * 14);
+    golden_teardown(&r);
+}
+
+/* With LoRA dropout each adapter of a group (q/k/v, gate/up) sees its own mask and runs alone; the
+ * gradients must still be those of the loss the forward computes. Checked against central differences
+ * of that loss (same seed, so the same masks) on the largest-gradient element of every A and B of the
+ * first and last layers. */
+static double dropout_loss(golden_run *r, const uint64_t *seed, int *planned) {
+    qlt_forward_opts o = {.lora = &r->lora, .train = 1, .dropout_seed = seed, .scalars = r->scalars,
+                          .loss_scratch = r->scratch};
+    r->scalars->grad_scale = 1.0f / (float)r->count;
+    if (!*planned) {
+        qlt_graph_begin(&r->g, 1);
+        qlt_forward(&r->g, &r->model, &r->bb.dev, &o);
+        qlt_graph_backward(&r->g);
+        cr_assert_eq(qlt_graph_commit_plan(&r->g), 0);
+        *planned = 1;
+    }
+    memset(r->lora.grads, 0, sizeof(float) * (size_t)r->lora.n_params);
+    r->scalars->loss_sum = 0;
+    qlt_graph_begin(&r->g, 0);
+    qlt_forward(&r->g, &r->model, &r->bb.dev, &o);
+    qlt_graph_backward(&r->g);
+    return (double)r->scalars->loss_sum / (double)r->count;
+}
+
+ParameterizedTestParameters(golden, dropout_gradients) {
+    static golden_case cases[] = {
+        {"tiny-qwen2", "model.safetensors", 2e-2},
+        {"tiny-llama", "model.safetensors", 2e-2},
+        {"tiny-qwen3", "model.safetensors", 2e-2},
+    };
+    return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(golden_case *c, golden, dropout_gradients) {
+    golden_run r;
+    golden_setup(&r, c->model, c->weights, 1);
+    r.lora.dropout = 0.25f;
+    uint64_t *seed = r.be->alloc(r.be, sizeof *seed);
+    *seed = 0x9e3779b97f4a7c15ull;
+    int planned = 0;
+    double loss0 = dropout_loss(&r, seed, &planned);
+    float *grads = malloc(sizeof(float) * (size_t)r.lora.n_params);
+    memcpy(grads, r.lora.grads, sizeof(float) * (size_t)r.lora.n_params);
+    /* the masks matter: without dropout the loss differs */
+    r.lora.dropout = 0.0f;
+    qlt_graph_free(&r.g);
+    qlt_graph_init(&r.g, r.be, 1);
+    int planned0 = 0;
+    double loss_nodrop = dropout_loss(&r, seed, &planned0);
+    cr_assert(fabs(loss_nodrop - loss0) > 1e-6, "dropout changed nothing: %.9g vs %.9g", loss0, loss_nodrop);
+    r.lora.dropout = 0.25f;
+    qlt_graph_free(&r.g);
+    qlt_graph_init(&r.g, r.be, 1);
+    planned = 0;
+    int checked = 0;
+    int layers[2] = {0, r.lora.n_layers - 1};
+    for (int li = 0; li < 2; li++) {
+        for (int p = 0; p < QLT_PROJ_COUNT; p++) {
+            const qlt_lora_slot *s = &r.lora.slots[layers[li]][p];
+            for (int which = 0; which < 2; which++) {
+                int64_t off = s->offset_a + (which ? (int64_t)r.lora.r * s->in : 0);
+                int64_t count = which ? s->out * r.lora.r : r.lora.r * s->in, best = off;
+                for (int64_t i = off; i < off + count; i++)
+                    if (fabsf(grads[i]) > fabsf(grads[best])) best = i;
+                float keep = r.lora.params[best], eps = 1e-2f;
+                r.lora.params[best] = keep + eps;
+                double up = dropout_loss(&r, seed, &planned);
+                r.lora.params[best] = keep - eps;
+                double down = dropout_loss(&r, seed, &planned);
+                r.lora.params[best] = keep;
+                double fd = (up - down) / (2.0 * (double)eps), an = grads[best];
+                cr_expect(fabs(fd - an) <= c->tol * fabs(an) + 1e-5,
+                          "%s layer %d proj %d %c[%lld]: analytic %.6g vs central difference %.6g", c->model,
+                          layers[li], p, which ? 'B' : 'A', (long long)(best - off), an, fd);
+                checked++;
+            }
+        }
+    }
+    cr_assert_eq(checked, 2 * QLT_PROJ_COUNT * 2);
+    free(grads);
+    r.be->free(r.be, seed);
     golden_teardown(&r);
 }
