@@ -135,6 +135,9 @@ struct qlt_backend {
      * grows the scratch they are dequantized into side by side, with extra_cols more columns a row (room
      * for adapters folded in by linear_lora_fwd). Load time only; 0 or -1 with qlt_fail. */
     int (*weight_stack_prepare)(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols);
+    /* Optional (NULL: nothing to do): a bias (float [n], backend memory) that linear_fwd will be given;
+     * the backend may keep what it needs to fuse it into the GEMM. Load time only; 0 or -1 with qlt_fail. */
+    int (*bias_prepare)(qlt_backend *be, const float *bias, int64_t n);
     /* A stack of k <= QLT_STACK_MAX weights with the same cols read as one [sum rows_i, cols] matrix:
      * y [N, sum rows_i] = x [N, cols] . [W_0; ...; W_k-1]^T (+ bias [rows_0] when not NULL; k == 1 only).
      * One GEMM on CUDA (NF4 weights dequantized side by side). */

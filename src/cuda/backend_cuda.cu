@@ -68,6 +68,7 @@ static void *cuda_alloc(qlt_backend *be, size_t bytes) {
 
 static void cuda_free(qlt_backend *be, void *p) {
     if (!p) return;
+    qlt_cuda_bias_forget(be, (const float *)p); /* a bias's bf16 copy goes with it */
     cuda_backend_box *box = (cuda_backend_box *)be->impl;
     size_t bytes = 0;
     for (int i = box->n_recs - 1; i >= 0; i--)
@@ -173,6 +174,7 @@ static void cuda_destroy(qlt_backend *be) {
     cudaFree(impl->partials);
     cudaFree(impl->amax);
     cudaFree(impl->dequant);
+    qlt_cuda_linear_release(be);
     for (int i = 0; i < QLT_BACKEND_EVENTS; i++)
         if (impl->marks[i]) cudaEventDestroy(impl->marks[i]);
     if (impl->events) {
@@ -401,6 +403,7 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->rmsnorm_fwd = qlt_cuda_rmsnorm_fwd;
     be->rmsnorm_bwd = qlt_cuda_rmsnorm_bwd;
     be->weight_stack_prepare = qlt_cuda_weight_stack_prepare;
+    be->bias_prepare = qlt_cuda_bias_prepare;
     be->linear_fwd = qlt_cuda_linear_fwd;
     be->linear_bwd_x = qlt_cuda_linear_bwd_x;
     be->lora_fwd = qlt_cuda_lora_fwd;

@@ -55,6 +55,13 @@ typedef __nv_bfloat16 bf16;
 #define QLT_CUDA_LORA_ACC_BYTES ((size_t)64 << 20)  /* LoRA fp32 [hi | lo] products before their halves are summed */
 #define QLT_CUDA_NORM_BLOCKS 512                     /* grad_norm_sq partial sums (fixed: deterministic) */
 
+/* a bias (fp32, the model's) and its bf16 copy for the cuBLASLt epilogue */
+typedef struct cuda_bias_copy {
+    const float *f32;
+    bf16 *bf;
+    int64_t n;
+} cuda_bias_copy;
+
 typedef struct cuda_impl {
     int device;
     int n_sm;
@@ -79,6 +86,10 @@ typedef struct cuda_impl {
     int n_events;
     double phase_ms[QLT_PHASE_COUNT];
     cudaEvent_t marks[QLT_BACKEND_EVENTS]; /* event_record / event_wait */
+    struct lt_bias_plan *bias_plans;      /* linear.cu: cuBLASLt GEMM + bias plans, one a shape */
+    int n_bias_plans;
+    cuda_bias_copy *bias_copies;          /* linear.cu: bf16 copies of the biases (bias_prepare) */
+    int n_bias_copies, cap_bias_copies;
 } cuda_impl;
 
 #define QLT_CUDA_PROFILE_EVENTS 8192
@@ -177,6 +188,11 @@ void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weig
 void qlt_cuda_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *const *w, int k, int64_t n,
                            float beta);
 void qlt_cuda_logits(qlt_backend *be, float *out, const void *x, const qlt_weight *w, int64_t n);
+int qlt_cuda_bias_prepare(qlt_backend *be, const float *bias, int64_t n);
+/* Drops (and frees) the bf16 copy of bias if there is one: called when any allocation is freed. */
+void qlt_cuda_bias_forget(qlt_backend *be, const float *bias);
+/* Frees linear.cu's cached cuBLASLt plans and bias copies (backend destroy). */
+void qlt_cuda_linear_release(qlt_backend *be);
 
 /* lora.cu */
 void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *u, const void *x, int64_t n,

@@ -89,8 +89,11 @@ int qlt_model_finish(qlt_model *m) {
     free(inv);
     if (!m->inv_freq) return qlt_fail("out of %s memory", m->be->name);
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        const qlt_weight *gate_up[2] = {&m->layers[l].proj[QLT_PROJ_GATE], &m->layers[l].proj[QLT_PROJ_UP]};
+        const qlt_layer *L = &m->layers[l];
+        const qlt_weight *gate_up[2] = {&L->proj[QLT_PROJ_GATE], &L->proj[QLT_PROJ_UP]};
         QLT_TRY(m->be->weight_stack_prepare(m->be, gate_up, 2, 0));
+        for (int p = 0; p < 3; p++)
+            if (L->bias[p] && m->be->bias_prepare) QLT_TRY(m->be->bias_prepare(m->be, L->bias[p], L->proj[p].rows));
     }
     return 0;
 }

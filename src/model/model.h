@@ -51,8 +51,9 @@ typedef struct qlt_model_load_opts {
 
 /* Loads dir (config.json + safetensors) onto be. */
 int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_model_load_opts *opts);
-/* The last step of both model builders: uploads the RoPE frequencies of m->cfg into m->inv_freq and
- * prepares each layer's gate+up stack (be->weight_stack_prepare). 0 or -1 with qlt_fail. */
+/* The last step of both model builders: uploads the RoPE frequencies of m->cfg into m->inv_freq,
+ * prepares each layer's gate+up stack (be->weight_stack_prepare) and q/k/v biases (be->bias_prepare).
+ * 0 or -1 with qlt_fail. */
 int qlt_model_finish(qlt_model *m);
 /* model.path semantics: a model directory, or "random:<config.json>" for random weights of that
  * architecture (seeded). */

@@ -415,7 +415,8 @@ void check_linear(void) {
         qlt_weight wt;
         if (weight(&wt, w, rows, cols)) return;
         void *dx = dbf16(x, n * cols);
-        for (int with_bias = 0; with_bias <= 1; with_bias++) {
+        /* 0: no bias; 1: a prepared bias (fused into the GEMM by cuBLASLt); 2: an unprepared one (kernel) */
+        for (int with_bias = 0; with_bias <= 2; with_bias++) {
             float *ref = malloc(sizeof(float) * (size_t)(n * rows));
             qlt_cpu_gemm(0, 1, n, rows, cols, 1.0f, x, cols, w, cols, 0.0f, ref, rows);
             if (with_bias)
@@ -423,9 +424,12 @@ void check_linear(void) {
                     for (int64_t o = 0; o < rows; o++) ref[t * rows + o] += bias[o];
             void *y = dpoison(2 * (size_t)(n * rows));
             const qlt_weight *wp = &wt;
-            G->linear_fwd(G, y, dx, &wp, 1, with_bias ? df32(bias, rows) : NULL, n);
+            float *db = with_bias ? df32(bias, rows) : NULL;
+            if (with_bias == 1 && G->bias_prepare(G, db, rows) != 0) gpu_check_fail("bias_prepare", qlt_error());
+            G->linear_fwd(G, y, dx, &wp, 1, db, n);
             float *got = hget_bf16(y, n * rows);
-            row(with_bias ? "linear_fwd +bias" : "linear_fwd", sh, got, ref, n * rows, 1e-2);
+            row(with_bias == 0 ? "linear_fwd" : with_bias == 1 ? "linear_fwd +bias (fused)" : "linear_fwd +bias (kernel)",
+                sh, got, ref, n * rows, 1e-2);
             free(ref), free(got);
         }
         /* backward-x in the three precisions, beta 0 and 1; a large-|dy| case for the fp16 guard */
