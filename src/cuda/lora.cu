@@ -20,14 +20,42 @@
  * forward in one product over K = in + 3kr (the weight dequantized into rows of that width). */
 #include "cuda/cuda_common.h"
 
-/* out [3r, in] = [hi(a); lo(a); hi(a)] for a [r, in] (count = r * in) */
-static __global__ void stack3_kernel(bf16 *out, const float *a, int64_t count) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = a[i];
-        bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
-        out[i] = hi;
-        out[count + i] = lo;
-        out[2 * count + i] = hi;
+/* The group's bf16 operands in one launch: site i's A [r, in] -> A3 block [hi(A); lo(A); hi(A)] at
+ * a3 + i 3r in, and its B [out_i, r] -> B3_i [out_i, 3r] with columns [hi | lo | hi]. */
+typedef struct prep_args {
+    const float *a[QLT_STACK_MAX], *b[QLT_STACK_MAX];
+    bf16 *a3, *b3[QLT_STACK_MAX];
+    int64_t out[QLT_STACK_MAX], in;
+    int k, r;
+} prep_args;
+
+static __global__ void prep_kernel(prep_args p) {
+    const int64_t ra = (int64_t)p.r * p.in, a_total = p.k * ra;
+    int64_t total = a_total;
+    for (int i = 0; i < p.k; i++) total += p.out[i] * p.r;
+    for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        if (idx < a_total) {
+            int site = (int)(idx / ra);
+            int64_t e = idx - site * ra;
+            float v = p.a[site][e];
+            bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
+            bf16 *o = p.a3 + site * 3 * ra + e;
+            o[0] = hi;
+            o[ra] = lo;
+            o[2 * ra] = hi;
+        } else {
+            int64_t e = idx - a_total;
+            int site = 0;
+            while (e >= p.out[site] * p.r) e -= p.out[site++] * p.r;
+            float v = p.b[site][e];
+            bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
+            int64_t row = e / p.r;
+            bf16 *o = p.b3[site] + row * 3 * p.r + (e - row * p.r);
+            o[0] = hi;
+            o[p.r] = lo;
+            o[2 * p.r] = hi;
+        }
     }
 }
 
@@ -55,22 +83,43 @@ static void split3(cudaStream_t s, bf16 *out, const float *x, int64_t rows, int 
 }
 
 /* dst[i, j] = (accumulate ? dst[i, j] : 0) + src[i*lds + j] + src[i*lds + j + off], i < rows, j < cols:
- * the sum of the hi and lo halves of a product (column halves: off = r; row halves: off = r * lds). */
-static __global__ void sum_halves_kernel(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t off,
-                                         int64_t rows, int64_t cols, int accumulate) {
-    int64_t total = rows * cols;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t row = i / cols, col = i - row * cols;
-        float v = src[row * lds + col] + src[row * lds + col + off];
-        float *d = dst + row * ldd + col;
-        *d = accumulate ? *d + v : v;
+ * the sum of the hi and lo halves of a product (column halves: off = r; row halves: off = r * lds), for up
+ * to QLT_STACK_MAX blocks (one a site) in one launch. */
+typedef struct halves_args {
+    float *dst[QLT_STACK_MAX];
+    const float *src[QLT_STACK_MAX];
+    int64_t ldd[QLT_STACK_MAX], lds[QLT_STACK_MAX], off[QLT_STACK_MAX], rows[QLT_STACK_MAX], cols[QLT_STACK_MAX];
+    int k, accumulate;
+} halves_args;
+
+static __global__ void sum_halves_sites_kernel(halves_args h) {
+    int64_t total = 0;
+    for (int i = 0; i < h.k; i++) total += h.rows[i] * h.cols[i];
+    for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        int i = 0;
+        int64_t e = idx;
+        while (e >= h.rows[i] * h.cols[i]) e -= h.rows[i] * h.cols[i], i++;
+        int64_t row = e / h.cols[i], col = e - row * h.cols[i];
+        const float *src = h.src[i] + row * h.lds[i] + col;
+        float v = src[0] + src[h.off[i]];
+        float *d = h.dst[i] + row * h.ldd[i] + col;
+        *d = h.accumulate ? *d + v : v;
     }
 }
 
-static void sum_halves(cudaStream_t s, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t off, int64_t rows,
-                       int64_t cols, int accumulate) {
-    sum_halves_kernel<<<qlt_grid(rows * cols, 256), 256, 0, s>>>(dst, ldd, src, lds, off, rows, cols, accumulate);
+static void sum_halves_sites(cudaStream_t s, const halves_args *h) {
+    int64_t total = 0;
+    for (int i = 0; i < h->k; i++) total += h->rows[i] * h->cols[i];
+    sum_halves_sites_kernel<<<qlt_grid(total, 256), 256, 0, s>>>(*h);
     CUDA_CHECK_LAUNCH();
+}
+
+/* site i of a halves_args */
+static void halves_set(halves_args *h, int i, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t off,
+                       int64_t rows, int64_t cols) {
+    h->dst[i] = dst, h->ldd[i] = ldd, h->src[i] = src, h->lds[i] = lds, h->off[i] = off, h->rows[i] = rows;
+    h->cols[i] = cols;
 }
 
 /* u [rows, k*r] from the forward product P [rows, k*3r] (per site [x Ah | x Al | x Ah]): u_s = P_s0 + P_s1 */
@@ -110,14 +159,18 @@ static lora_ws lora_prepare(qlt_backend *be, const qlt_lora_site *sites, int k, 
     lora_ws L;
     L.a3 = (bf16 *)impl->lora_ws;
     bf16 *next = L.a3 + (int64_t)k * r3 * in;
+    prep_args p;
+    memset(&p, 0, sizeof p);
+    p.a3 = L.a3, p.in = in, p.k = k, p.r = r;
+    int64_t total = (int64_t)k * r * in;
     for (int i = 0; i < k; i++) {
-        stack3_kernel<<<qlt_grid((int64_t)r * in, 256), 256, 0, s>>>(L.a3 + (int64_t)i * r3 * in, sites[i].a,
-                                                                     (int64_t)r * in);
-        CUDA_CHECK_LAUNCH();
-        L.b3[i] = next;
-        split3(s, L.b3[i], sites[i].b, sites[i].out, r, 1, 1); /* [bh | bl | bh] */
+        L.b3[i] = p.b3[i] = next;
+        p.a[i] = sites[i].a, p.b[i] = sites[i].b, p.out[i] = sites[i].out;
         next += sites[i].out * r3;
+        total += sites[i].out * r;
     }
+    prep_kernel<<<qlt_grid(total, 256), 256, 0, s>>>(p);
+    CUDA_CHECK_LAUNCH();
     L.tok = (bf16 *)impl->lora_ws + tok_off;
     L.T = (cap - tok_off) / (k * r3);
     if (L.T > n) L.T = n;
@@ -171,38 +224,49 @@ void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
     lora_ws L = lora_prepare(be, sites, k, in, r, n);
     float *acc = impl->lora_acc;
     const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
-    int64_t widest = in * k3r;
-    for (int i = 0; i < k; i++)
-        if (sites[i].out * 2 * r > widest) widest = sites[i].out * 2 * r;
-    QLT_ASSERT(widest * (int64_t)sizeof(float) <= (int64_t)QLT_CUDA_LORA_ACC_BYTES);
+    int64_t db_acc = 0; /* every site's [out_i, 2r] dB products side by side */
+    for (int i = 0; i < k; i++) db_acc += sites[i].out * 2 * r;
+    QLT_ASSERT((in * k3r > db_acc ? in * k3r : db_acc) * (int64_t)sizeof(float) <= (int64_t)QLT_CUDA_LORA_ACC_BYTES);
     float *du = scratch; /* [n, k*r] */
-    /* du_i = scale dy_i (Bh + Bl): one GEMM against B3_i's columns [bh | bl] (dy read once), halves summed */
-    const int64_t ta = acc_tokens(2 * r, n);
-    for (int i = 0; i < k; i++) {
-        for (int64_t t0 = 0; t0 < n; t0 += ta) {
-            int64_t tn = n - t0 < ta ? n - t0 : ta;
+    /* du_i = scale dy_i (Bh + Bl): one GEMM a site against B3_i's columns [bh | bl] (dy read once), into its
+     * own [tokens, 2r] block; the halves of every site summed by one launch */
+    const int64_t ta = acc_tokens(2 * (int64_t)r * k, n);
+    halves_args h;
+    memset(&h, 0, sizeof h);
+    h.k = k;
+    for (int64_t t0 = 0; t0 < n; t0 += ta) {
+        int64_t tn = n - t0 < ta ? n - t0 : ta;
+        h.accumulate = 0;
+        for (int i = 0; i < k; i++) {
+            float *blk = acc + (int64_t)i * ta * 2 * r;
             qlt_cuda_gemm(be, 0, 0, tn, 2 * r, sites[i].out, scale, (const bf16 *)sites[i].dy + t0 * sites[i].ld,
-                          CUDA_R_16BF, sites[i].ld, L.b3[i], CUDA_R_16BF, 3 * r, 0.0f, acc, CUDA_R_32F, 2 * r);
-            sum_halves(s, du + t0 * kr + (int64_t)i * r, kr, acc, 2 * r, r, tn, r, 0);
+                          CUDA_R_16BF, sites[i].ld, L.b3[i], CUDA_R_16BF, 3 * r, 0.0f, blk, CUDA_R_32F, 2 * r);
+            halves_set(&h, i, du + t0 * kr + (int64_t)i * r, kr, blk, 2 * r, r, tn, r);
         }
+        sum_halves_sites(s, &h);
     }
     for (int64_t t0 = 0; t0 < n; t0 += L.T) {
         int64_t tn = n - t0 < L.T ? n - t0 : L.T;
         const bf16 *xc = (const bf16 *)x + t0 * in;
-        /* dB_i += scale dy_i^T (ul + uh): one GEMM per site against its [ul | uh] columns, halves summed */
+        /* dB_i += scale dy_i^T (ul + uh): one GEMM a site against its [ul | uh] columns, halves summed */
         split3(s, L.tok, u + t0 * kr, tn, r, k, 0);
+        h.accumulate = 1;
+        float *blk = acc;
         for (int i = 0; i < k; i++) {
             qlt_cuda_gemm(be, 1, 0, sites[i].out, 2 * r, tn, scale, (const bf16 *)sites[i].dy + t0 * sites[i].ld,
-                          CUDA_R_16BF, sites[i].ld, L.tok + (int64_t)i * 3 * r, CUDA_R_16BF, k3r, 0.0f, acc,
+                          CUDA_R_16BF, sites[i].ld, L.tok + (int64_t)i * 3 * r, CUDA_R_16BF, k3r, 0.0f, blk,
                           CUDA_R_32F, 2 * r);
-            sum_halves(s, sites[i].db, r, acc, 2 * r, r, sites[i].out, r, 1);
+            halves_set(&h, i, sites[i].db, r, blk, 2 * r, r, sites[i].out, r);
+            blk += sites[i].out * 2 * r;
         }
+        sum_halves_sites(s, &h);
         /* dA for every site: one GEMM T3^T x -> [k*3r, in] (x read once), each site's first two row blocks summed */
         split3(s, L.tok, du + t0 * kr, tn, r, k, 0);
         qlt_cuda_gemm(be, 1, 0, k3r, in, tn, 1.0f, L.tok, CUDA_R_16BF, k3r, xc, CUDA_R_16BF, in, 0.0f, acc, CUDA_R_32F,
                       in);
         for (int i = 0; i < k; i++)
-            sum_halves(s, sites[i].da, in, acc + (int64_t)i * 3 * r * in, in, (int64_t)r * in, r, in, 1);
+            halves_set(&h, i, sites[i].da, in, acc + (int64_t)i * 3 * r * in, in, (int64_t)r * in, r, in);
+        sum_halves_sites(s, &h);
         /* dx = beta dx + T3 A3: every site's du_i A_i in one GEMM (dx read and written once) */
         if (dx)
             qlt_cuda_gemm(be, 0, 0, tn, in, k3r, 1.0f, L.tok, CUDA_R_16BF, k3r, L.a3, CUDA_R_16BF, in, dx_beta,
