@@ -154,6 +154,10 @@ struct qlt_backend {
      * instead of reading and writing it again. Weight stack prepared with extra_cols >= 3 k r. */
     void (*linear_lora_fwd)(qlt_backend *be, void *y, float *u, const void *x, const qlt_weight *const *w, int k,
                             const qlt_lora_site *sites, int64_t n, int r, float scale);
+    /* Optional (NULL: nothing to do): a LoRA group lora_fwd / lora_bwd will be given (k sites of input
+     * width in, output widths outs[k], rank r); the backend grows the workspaces it needs. Load time
+     * only; 0 or -1 with qlt_fail. */
+    int (*lora_group_prepare)(qlt_backend *be, int k, int64_t in, const int64_t *outs, int r);
     /* LoRA side path of k projections that read the same input x [N, in] (q/k/v, gate/up, or one):
      * u [N, k*r] = x . [A_0; ...; A_k-1]^T (saved; site i's columns i*r..), then per site
      * y_i [N, out_i] (row stride ld_i) += scale * u_i . B_i^T. x.A^T is one product for all sites. */

@@ -361,6 +361,8 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     impl->conv = (float *)qlt_cuda_alloc_tracked(be, conv_bytes);
     impl->lora_ws = qlt_cuda_alloc_tracked(be, QLT_CUDA_LORA_BYTES);
     impl->lora_acc = (float *)qlt_cuda_alloc_tracked(be, QLT_CUDA_LORA_ACC_BYTES);
+    impl->lora_ws_bytes = QLT_CUDA_LORA_BYTES;
+    impl->lora_acc_bytes = QLT_CUDA_LORA_ACC_BYTES;
     impl->partials = (double *)qlt_cuda_alloc_tracked(be, sizeof(double) * QLT_CUDA_NORM_BLOCKS);
     impl->amax = (float *)qlt_cuda_alloc_tracked(be, sizeof(float) * 2);
     if (!impl->blas_ws || !impl->conv || !impl->lora_ws || !impl->lora_acc || !impl->partials || !impl->amax) {
@@ -410,6 +412,7 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     /* QLT_LORA_FOLD=0 in the environment: adapters added by their own GEMM (for bisecting) */
     const char *fold = getenv("QLT_LORA_FOLD");
     be->linear_lora_fwd = fold && fold[0] == '0' ? NULL : qlt_cuda_linear_lora_fwd;
+    be->lora_group_prepare = qlt_cuda_lora_group_prepare;
     be->lora_bwd = qlt_cuda_lora_bwd;
     be->rope = qlt_cuda_rope;
     be->attention_fwd = qlt_cuda_attention_fwd;

@@ -51,8 +51,8 @@ typedef __nv_bfloat16 bf16;
 /* Fixed workspace sizes (bytes). */
 #define QLT_CUDA_BLAS_WS_BYTES ((size_t)64 << 20)   /* cuBLAS / cuBLASLt workspace */
 #define QLT_CUDA_CONV_ELEMS ((int64_t)8 << 20)      /* each of the 3 backward_a conversion regions, fp32 elems */
-#define QLT_CUDA_LORA_BYTES ((size_t)64 << 20)      /* LoRA bf16 hi/lo operand copies */
-#define QLT_CUDA_LORA_ACC_BYTES ((size_t)64 << 20)  /* LoRA fp32 [hi | lo] products before their halves are summed */
+#define QLT_CUDA_LORA_BYTES ((size_t)64 << 20)      /* LoRA bf16 hi/lo operand copies (initial; grown at load) */
+#define QLT_CUDA_LORA_ACC_BYTES ((size_t)64 << 20)  /* LoRA fp32 [hi | lo] products (initial; grown at load) */
 #define QLT_CUDA_NORM_BLOCKS 512                     /* grad_norm_sq partial sums (fixed: deterministic) */
 
 /* a bias (fp32, the model's) and its bf16 copy for the cuBLASLt epilogue */
@@ -71,8 +71,9 @@ typedef struct cuda_impl {
     void *blas_ws;         /* [QLT_CUDA_BLAS_WS_BYTES] */
     float *conv;           /* [3 * QLT_CUDA_CONV_ELEMS] backward_a fp16/fp32 operands + fp32 accumulator;
                               also the staging area of weight_create */
-    void *lora_ws;         /* [QLT_CUDA_LORA_BYTES] */
-    float *lora_acc;       /* [QLT_CUDA_LORA_ACC_BYTES] */
+    void *lora_ws;         /* [lora_ws_bytes] */
+    float *lora_acc;       /* [lora_acc_bytes] */
+    size_t lora_ws_bytes, lora_acc_bytes; /* grown by lora_group_prepare at load, never in a step */
     double *partials;      /* [QLT_CUDA_NORM_BLOCKS] */
     float *amax;           /* [2] fp16 overflow guard: max|dY|, max|W| (as float bits, atomicMax on int) */
     bf16 *dequant;         /* NF4 dequantization scratch, [dequant_elems] (grown in weight_create only) */
@@ -201,6 +202,7 @@ void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
                        const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale);
 void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const qlt_weight *const *w, int k,
                               const qlt_lora_site *sites, int64_t n, int r, float scale);
+int qlt_cuda_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_t *outs, int r);
 
 /* attention.cu */
 void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,

@@ -9,6 +9,8 @@
  * concatenated K = 3r, so a bf16 output is rounded once. Parameter gradients carry only the bf16
  * rounding of the activations (x, dy), as fp32 LoRA math on bf16 activations would.
  *
+ * Workspaces: sized at load by lora_group_prepare for every group the forward will use (no fixed limit
+ * on r or the widths), never grown in a step.
  * Layouts (impl->lora_ws, bf16): A3 [k*3r, in] = per site [Ah; Al; Ah]; B3_i [out_i, 3r] = columns
  * [bh | bl | bh]; token chunks T3 [T, k*3r] = per site columns [lo | hi | hi] of u (or du). Then
  *   x . A3^T        -> per site [x Ah | x Al | x Ah]: the first two summed give u_i;
@@ -134,6 +136,9 @@ static __global__ void sum_first_two_kernel(float *u, const float *p, int64_t ro
     }
 }
 
+#define LORA_MIN_TOKENS 16     /* the smallest token chunk a workspace may leave */
+#define LORA_CHUNK_TOKENS 4096 /* the token chunk lora_group_prepare sizes the operand workspace for */
+
 typedef struct lora_ws {
     bf16 *a3;                 /* [k*3r, in] */
     bf16 *b3[QLT_STACK_MAX];  /* [out_i, 3r] */
@@ -148,14 +153,9 @@ static lora_ws lora_prepare(qlt_backend *be, const qlt_lora_site *sites, int k, 
     QLT_ASSERT(k >= 1 && k <= QLT_STACK_MAX);
     int64_t r3 = 3 * (int64_t)r, weights = (int64_t)k * r3 * in;
     for (int i = 0; i < k; i++) weights += sites[i].out * r3;
-    int64_t cap = (int64_t)(QLT_CUDA_LORA_BYTES / sizeof(bf16));
+    int64_t cap = (int64_t)(impl->lora_ws_bytes / sizeof(bf16));
     int64_t tok_off = (weights + 7) & ~(int64_t)7; /* keep the token area 16-byte aligned */
-    if (tok_off + k * r3 * 16 > cap) {
-        fprintf(stderr, "qlora-train: LoRA r=%d on %d projections of width %lld needs more than the %zu MiB LoRA "
-                        "workspace (lower lora.r, or raise QLT_CUDA_LORA_BYTES in src/cuda/cuda_common.h)\n",
-                r, k, (long long)in, QLT_CUDA_LORA_BYTES >> 20);
-        abort();
-    }
+    QLT_ASSERT(tok_off + k * r3 * LORA_MIN_TOKENS <= cap); /* lora_group_prepare sized it at load */
     lora_ws L;
     L.a3 = (bf16 *)impl->lora_ws;
     bf16 *next = L.a3 + (int64_t)k * r3 * in;
@@ -178,16 +178,44 @@ static lora_ws lora_prepare(qlt_backend *be, const qlt_lora_site *sites, int k, 
 }
 
 /* Tokens per chunk whose fp32 [tokens, width] products fit the accumulation workspace. */
-static int64_t acc_tokens(int64_t width, int64_t n) {
-    int64_t t = (int64_t)(QLT_CUDA_LORA_ACC_BYTES / sizeof(float)) / width;
+static int64_t acc_tokens(const cuda_impl *impl, int64_t width, int64_t n) {
+    int64_t t = (int64_t)(impl->lora_acc_bytes / sizeof(float)) / width;
     return t < n ? t : n;
+}
+
+/* Grows a workspace to at least `need` bytes (load time: synchronizes, reallocates). */
+static int grow(qlt_backend *be, void **p, size_t *bytes, size_t need, const char *what) {
+    if (need <= *bytes) return 0;
+    cuda_impl *impl = cuda_impl_of(be);
+    CUDA_CHECK(cudaStreamSynchronize(impl->stream));
+    qlt_cuda_free_tracked(be, *p, *bytes);
+    *p = qlt_cuda_alloc_tracked(be, need);
+    *bytes = *p ? need : 0;
+    if (!*p) return qlt_fail("CUDA: out of device memory for the LoRA %s (%.1f MiB)", what, (double)need / (1 << 20));
+    return 0;
+}
+
+int qlt_cuda_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_t *outs, int r) {
+    cuda_impl *impl = cuda_impl_of(be);
+    const int64_t r3 = 3 * (int64_t)r, k3r = k * r3;
+    int64_t sum_out = 0;
+    for (int i = 0; i < k; i++) sum_out += outs[i];
+    /* operands: A3 + every B3 + token chunks of LORA_CHUNK_TOKENS (fewer, larger GEMMs) */
+    int64_t ws = ((k3r * in + r3 * sum_out + 7) & ~(int64_t)7) + k3r * LORA_CHUNK_TOKENS;
+    /* products: x A3^T / dA [k3r, in], every dB [out_i, 2r], token chunks of du and u */
+    int64_t acc = k3r * in;
+    if (sum_out * 2 * r > acc) acc = sum_out * 2 * r;
+    if (k3r * LORA_MIN_TOKENS > acc) acc = k3r * LORA_MIN_TOKENS;
+    QLT_TRY(grow(be, &impl->lora_ws, &impl->lora_ws_bytes, sizeof(bf16) * (size_t)ws, "operand workspace"));
+    return grow(be, (void **)&impl->lora_acc, &impl->lora_acc_bytes, sizeof(float) * (size_t)acc,
+                "product workspace");
 }
 
 /* u [n, k*r] = x A^T for every site at once: one GEMM against A3 (x read once), hi + lo summed */
 static void lora_u(qlt_backend *be, const lora_ws *L, float *u, const void *x, int64_t n, int64_t in, int r, int k) {
     cuda_impl *impl = cuda_impl_of(be);
     const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
-    const int64_t ta = acc_tokens(k3r, n);
+    const int64_t ta = acc_tokens(impl, k3r, n);
     for (int64_t t0 = 0; t0 < n; t0 += ta) {
         int64_t tn = n - t0 < ta ? n - t0 : ta;
         qlt_cuda_gemm(be, 0, 1, tn, k3r, in, 1.0f, (const bf16 *)x + t0 * in, CUDA_R_16BF, in, L->a3, CUDA_R_16BF, in,
@@ -226,11 +254,11 @@ void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
     const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
     int64_t db_acc = 0; /* every site's [out_i, 2r] dB products side by side */
     for (int i = 0; i < k; i++) db_acc += sites[i].out * 2 * r;
-    QLT_ASSERT((in * k3r > db_acc ? in * k3r : db_acc) * (int64_t)sizeof(float) <= (int64_t)QLT_CUDA_LORA_ACC_BYTES);
+    QLT_ASSERT((in * k3r > db_acc ? in * k3r : db_acc) * (int64_t)sizeof(float) <= (int64_t)impl->lora_acc_bytes);
     float *du = scratch; /* [n, k*r] */
     /* du_i = scale dy_i (Bh + Bl): one GEMM a site against B3_i's columns [bh | bl] (dy read once), into its
      * own [tokens, 2r] block; the halves of every site summed by one launch */
-    const int64_t ta = acc_tokens(2 * (int64_t)r * k, n);
+    const int64_t ta = acc_tokens(impl, 2 * (int64_t)r * k, n);
     halves_args h;
     memset(&h, 0, sizeof h);
     h.k = k;

@@ -62,6 +62,26 @@ int qlt_lora_create(qlt_lora *lora, const qlt_model *model, int r, float alpha, 
     be->zero(be, lora->grads, bytes);
     be->zero(be, lora->m, bytes);
     be->zero(be, lora->v, bytes);
+    /* the groups the forward hands the backend (src/model/forward.c: q/k/v, o, gate/up, down, each the
+     * projections of it that carry an adapter): it sizes its workspaces for them now, not in a step */
+    static const int groups[4][4] = {{QLT_PROJ_Q, QLT_PROJ_K, QLT_PROJ_V, -1}, {QLT_PROJ_O, -1},
+                                     {QLT_PROJ_GATE, QLT_PROJ_UP, -1}, {QLT_PROJ_DOWN, -1}};
+    for (int l = 0; l < lora->n_layers && be->lora_group_prepare; l++) {
+        for (int gi = 0; gi < 4; gi++) {
+            int64_t outs[QLT_STACK_MAX], in = 0;
+            int k = 0;
+            for (int j = 0; groups[gi][j] >= 0; j++) {
+                const qlt_lora_slot *s = &lora->slots[l][groups[gi][j]];
+                if (!s->active) continue;
+                in = s->in;
+                outs[k++] = s->out;
+            }
+            if (k > 0 && be->lora_group_prepare(be, k, in, outs, r) != 0) {
+                qlt_lora_free(lora);
+                return -1;
+            }
+        }
+    }
     /* gate+up with an adapter on each: room for the adapters' columns next to the stacked weight, where
      * the backend can fold them into the one GEMM (linear_lora_fwd) */
     unsigned gate_up = proj_target_bit[QLT_PROJ_GATE] | proj_target_bit[QLT_PROJ_UP];
