@@ -149,10 +149,6 @@ void qlt_cuda_zero(qlt_backend *be, void *p, size_t bytes);
 /* conversions used by other files (stream-ordered) */
 void qlt_cuda_f32_to_bf16(cudaStream_t s, bf16 *out, const float *x, int64_t count);
 void qlt_cuda_f16_to_bf16(cudaStream_t s, bf16 *out, const __half *x, int64_t count);
-/* hi = bf16(x), lo = bf16(x - hi): x ~= hi + lo to ~16 mantissa bits */
-void qlt_cuda_f32_to_bf16_split(cudaStream_t s, bf16 *hi, bf16 *lo, const float *x, int64_t count);
-/* out[i, j] = x[i, j] (bf16 -> fp32) for a [rows, cols] block with row stride ld_x */
-void qlt_cuda_bf16_to_f32_2d(cudaStream_t s, float *out, const bf16 *x, int64_t rows, int64_t cols, int64_t ld_x);
 void qlt_cuda_bias_add(cudaStream_t s, bf16 *y, const float *bias, int64_t n, int64_t rows);
 
 /* rmsnorm.cu */

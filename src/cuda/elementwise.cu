@@ -240,23 +240,6 @@ static __global__ void f16_to_bf16_kernel(bf16 *out, const __half *x, int64_t co
         out[i] = __float2bfloat16(__half2float(x[i]));
 }
 
-static __global__ void f32_to_bf16_split_kernel(bf16 *hi, bf16 *lo, const float *x, int64_t count) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = x[i];
-        bf16 h = __float2bfloat16(v);
-        hi[i] = h;
-        lo[i] = __float2bfloat16(v - __bfloat162float(h));
-    }
-}
-
-static __global__ void bf16_to_f32_2d_kernel(float *out, const bf16 *x, int64_t rows, int64_t cols, int64_t ld_x) {
-    int64_t total = rows * cols;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = i / cols, c = i - r * cols;
-        out[i] = __bfloat162float(x[r * ld_x + c]);
-    }
-}
-
 static __global__ void bias_add_kernel(bf16 *y, const float *bias, int64_t n, int64_t rows) {
     int64_t total = n * rows;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
@@ -272,18 +255,6 @@ void qlt_cuda_f32_to_bf16(cudaStream_t s, bf16 *out, const float *x, int64_t cou
 void qlt_cuda_f16_to_bf16(cudaStream_t s, bf16 *out, const __half *x, int64_t count) {
     if (count <= 0) return;
     f16_to_bf16_kernel<<<qlt_grid(count, 256), 256, 0, s>>>(out, x, count);
-    CUDA_CHECK_LAUNCH();
-}
-
-void qlt_cuda_f32_to_bf16_split(cudaStream_t s, bf16 *hi, bf16 *lo, const float *x, int64_t count) {
-    if (count <= 0) return;
-    f32_to_bf16_split_kernel<<<qlt_grid(count, 256), 256, 0, s>>>(hi, lo, x, count);
-    CUDA_CHECK_LAUNCH();
-}
-
-void qlt_cuda_bf16_to_f32_2d(cudaStream_t s, float *out, const bf16 *x, int64_t rows, int64_t cols, int64_t ld_x) {
-    if (rows <= 0 || cols <= 0) return;
-    bf16_to_f32_2d_kernel<<<qlt_grid(rows * cols, 256), 256, 0, s>>>(out, x, rows, cols, ld_x);
     CUDA_CHECK_LAUNCH();
 }
 

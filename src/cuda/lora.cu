@@ -61,10 +61,9 @@ static __global__ void prep_kernel(prep_args p) {
     }
 }
 
-/* x [rows, k*r] -> out [rows, k*3r] (row stride ld_out): site s's r values become three r-wide blocks, hi
- * in each but the lo_third-th, which holds lo. */
-static __global__ void split3_kernel(bf16 *out, int64_t ld_out, const float *x, int64_t rows, int r, int k,
-                                     int lo_third) {
+/* x [rows, k*r] -> out [rows, k*3r] (row stride ld_out): site s's r values become three r-wide blocks
+ * [lo | hi | hi] (the token operand T3 of every product above). */
+static __global__ void split3_kernel(bf16 *out, int64_t ld_out, const float *x, int64_t rows, int r, int k) {
     int kr = k * r;
     int64_t total = rows * kr;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -73,14 +72,14 @@ static __global__ void split3_kernel(bf16 *out, int64_t ld_out, const float *x, 
         float v = x[i];
         bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
         bf16 *o = out + row * ld_out + (int64_t)site * 3 * r + j;
-        o[0] = lo_third == 0 ? lo : hi;
-        o[r] = lo_third == 1 ? lo : hi;
-        o[2 * r] = lo_third == 2 ? lo : hi;
+        o[0] = lo;
+        o[r] = hi;
+        o[2 * r] = hi;
     }
 }
 
-static void split3(cudaStream_t s, bf16 *out, const float *x, int64_t rows, int r, int k, int lo_third) {
-    split3_kernel<<<qlt_grid(rows * k * r, 256), 256, 0, s>>>(out, 3 * (int64_t)k * r, x, rows, r, k, lo_third);
+static void split3(cudaStream_t s, bf16 *out, int64_t ld_out, const float *x, int64_t rows, int r, int k) {
+    split3_kernel<<<qlt_grid(rows * k * r, 256), 256, 0, s>>>(out, ld_out, x, rows, r, k);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -146,8 +145,9 @@ typedef struct lora_ws {
     int64_t T;                /* tokens per chunk of tok */
 } lora_ws;
 
-/* The workspace laid out for this group, with A3 and each B3 built from the current A and B. */
-static lora_ws lora_prepare(qlt_backend *be, const qlt_lora_site *sites, int k, int64_t in, int r, int64_t n) {
+/* The workspace laid out for this group, with A3 (and, when with_b, each B3) built from the current A and B. */
+static lora_ws lora_prepare(qlt_backend *be, const qlt_lora_site *sites, int k, int64_t in, int r, int64_t n,
+                            bool with_b) {
     cuda_impl *impl = cuda_impl_of(be);
     cudaStream_t s = impl->stream;
     QLT_ASSERT(k >= 1 && k <= QLT_STACK_MAX);
@@ -165,9 +165,9 @@ static lora_ws lora_prepare(qlt_backend *be, const qlt_lora_site *sites, int k, 
     int64_t total = (int64_t)k * r * in;
     for (int i = 0; i < k; i++) {
         L.b3[i] = p.b3[i] = next;
-        p.a[i] = sites[i].a, p.b[i] = sites[i].b, p.out[i] = sites[i].out;
+        p.a[i] = sites[i].a, p.b[i] = sites[i].b, p.out[i] = with_b ? sites[i].out : 0;
         next += sites[i].out * r3;
-        total += sites[i].out * r;
+        total += p.out[i] * r;
     }
     prep_kernel<<<qlt_grid(total, 256), 256, 0, s>>>(p);
     CUDA_CHECK_LAUNCH();
@@ -230,13 +230,13 @@ void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
     if (n <= 0) return;
     cuda_impl *impl = cuda_impl_of(be);
     cudaStream_t s = impl->stream;
-    lora_ws L = lora_prepare(be, sites, k, in, r, n);
+    lora_ws L = lora_prepare(be, sites, k, in, r, n, true);
     const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
     lora_u(be, &L, u, x, n, in, r, k);
     /* y_i += scale [ul uh uh]_i [bh bl bh]_i^T */
     for (int64_t t0 = 0; t0 < n; t0 += L.T) {
         int64_t tn = n - t0 < L.T ? n - t0 : L.T;
-        split3(s, L.tok, u + t0 * kr, tn, r, k, 0);
+        split3(s, L.tok, k3r, u + t0 * kr, tn, r, k);
         for (int i = 0; i < k; i++)
             qlt_cuda_gemm(be, 0, 1, tn, sites[i].out, 3 * r, scale, L.tok + (int64_t)i * 3 * r, CUDA_R_16BF, k3r,
                           L.b3[i], CUDA_R_16BF, 3 * r, 1.0f, (bf16 *)sites[i].y + t0 * sites[i].ld, CUDA_R_16BF,
@@ -249,7 +249,7 @@ void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
     if (n <= 0) return;
     cuda_impl *impl = cuda_impl_of(be);
     cudaStream_t s = impl->stream;
-    lora_ws L = lora_prepare(be, sites, k, in, r, n);
+    lora_ws L = lora_prepare(be, sites, k, in, r, n, true);
     float *acc = impl->lora_acc;
     const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
     int64_t db_acc = 0; /* every site's [out_i, 2r] dB products side by side */
@@ -277,7 +277,7 @@ void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
         int64_t tn = n - t0 < L.T ? n - t0 : L.T;
         const bf16 *xc = (const bf16 *)x + t0 * in;
         /* dB_i += scale dy_i^T (ul + uh): one GEMM a site against its [ul | uh] columns, halves summed */
-        split3(s, L.tok, u + t0 * kr, tn, r, k, 0);
+        split3(s, L.tok, k3r, u + t0 * kr, tn, r, k);
         h.accumulate = 1;
         float *blk = acc;
         for (int i = 0; i < k; i++) {
@@ -289,7 +289,7 @@ void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
         }
         sum_halves_sites(s, &h);
         /* dA for every site: one GEMM T3^T x -> [k*3r, in] (x read once), each site's first two row blocks summed */
-        split3(s, L.tok, du + t0 * kr, tn, r, k, 0);
+        split3(s, L.tok, k3r, du + t0 * kr, tn, r, k);
         qlt_cuda_gemm(be, 1, 0, k3r, in, tn, 1.0f, L.tok, CUDA_R_16BF, k3r, xc, CUDA_R_16BF, in, 0.0f, acc, CUDA_R_32F,
                       in);
         for (int i = 0; i < k; i++)
@@ -342,7 +342,7 @@ void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x,
     const int64_t in = w[0]->cols, kr = (int64_t)k * r, ld = in + 3 * kr;
     const qlt_phase was = impl->phase; /* the folded GEMM is the caller's; u and the operands are LoRA's */
     if (be->phase) be->phase(be, QLT_PHASE_LORA);
-    lora_ws L = lora_prepare(be, sites, k, in, r, n);
+    lora_ws L = lora_prepare(be, sites, k, in, r, n, false /* the fold reads B itself */);
     lora_u(be, &L, u, x, n, in, r, k);
     if (be->phase) be->phase(be, was);
     /* W' = [W_0; ...; W_k-1 | scale B3 block diagonal] */
@@ -361,8 +361,7 @@ void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x,
         int64_t tn = n - t0 < chunk ? n - t0 : chunk;
         CUDA_CHECK(cudaMemcpy2DAsync(xp, sizeof(bf16) * (size_t)ld, (const bf16 *)x + t0 * in, sizeof(bf16) * (size_t)in,
                                      sizeof(bf16) * (size_t)in, (size_t)tn, cudaMemcpyDeviceToDevice, s));
-        split3_kernel<<<qlt_grid(tn * kr, 256), 256, 0, s>>>(xp + in, ld, u + t0 * kr, tn, r, k, 0);
-        CUDA_CHECK_LAUNCH();
+        split3(s, xp + in, ld, u + t0 * kr, tn, r, k);
         qlt_cuda_gemm(be, 0, 1, tn, rows, ld, 1.0f, xp, CUDA_R_16BF, ld, wp, CUDA_R_16BF, ld, 0.0f,
                       (bf16 *)y + t0 * rows, CUDA_R_16BF, rows);
     }
