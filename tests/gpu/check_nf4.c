@@ -105,15 +105,16 @@ void check_nf4_rcp(void) {
                        "qlt_nf4_bnb_rcp reproduces it on the\n * host. Its result depends only on the input's "
                        "mantissa (the exponent just shifts it); each entry is\n * (mantissa << 8) | "
                        "(uint8_t)(int8_t)delta_ulps, sorted by mantissa.\n *\n * Generated on the GPU by "
-                       "`QLT_NF4_RCP_OUT=dir qlt_gpu_check nf4_rcp`. */\n#include <stdint.h>\n\n"
+                       "`QLT_NF4_RCP_OUT=dir qlt_gpu_check nf4_rcp`; the input of scripts/nf4_rcp_pack.py, which "
+                       "packs it into\n * src/cpu/nf4_rcp_table.c. */\n#include <stdint.h>\n\n"
                        "const uint32_t qlt_nf4_rcp_exceptions[] = {\n");
             int64_t c = 0;
             for (int64_t m = 0; m < n; m++)
                 if (delta0[m]) fprintf(f, "0x%08xu,%s", (uint32_t)m << 8 | (uint8_t)delta0[m], ++c % 8 ? " " : "\n");
             fprintf(f, "%s};\nconst int qlt_nf4_rcp_n_exceptions = %lld;\n", exceptions ? "" : "0", (long long)exceptions);
             fclose(f);
-            printf("nf4_rcp: wrote %s (%lld exceptions): copy it to src/cpu/nf4_rcp_table.c\n", path,
-                   (long long)exceptions);
+            printf("nf4_rcp: wrote %s (%lld exceptions): pack it with python3 scripts/nf4_rcp_pack.py %s "
+                   "src/cpu/nf4_rcp_table.c\n", path, (long long)exceptions, path);
         }
     }
     free(h_in);

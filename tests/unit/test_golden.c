@@ -203,7 +203,7 @@ ParameterizedTest(golden_case *c, golden, gradients) {
             }
         }
     }
-    cr_assert_eq(checked, r.lora.n_layers * 14);
+    cr_assert_eq(checked, r.lora.n_layers * QLT_PROJ_COUNT * 2);
     golden_teardown(&r);
 }
 

@@ -285,7 +285,6 @@ Test(train, resume_is_exact) {
     qlt_config_free(&cfg);
 
     resume_config(&cfg, tokens, resumed);
-    set(&cfg, "train.max_steps=6");
     cr_assert_eq(qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN), 0, "%s", qlt_error());
     t.total_steps = 3; /* stop after the checkpoint at step 3, as an interrupted run would */
     cr_assert_eq(qlt_trainer_run(&t, NULL), 0, "%s", qlt_error());
@@ -360,8 +359,8 @@ Test(train, layer_checkpointing_is_exact) {
     free(tmp);
 }
 
-/* Activation memory on a deeper model (12 layers): lifetime planning needs at most two thirds of every
- * buffer of the step side by side (measured: 51%), and layer checkpointing needs less again. */
+/* Activation memory on a deeper model (12 layers): lifetime planning needs less than three quarters of
+ * every buffer of the step side by side (measured: 68%), and layer checkpointing needs less again. */
 Test(train, activation_memory_planning) {
     char *tmp = test_tmpdir();
     char *cfgjson = qlt_path_join(tmp, "config.json"), *tokens = qlt_path_join(tmp, "data.jsonl"),
