@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu-resume-check.sh: exact resume on the GPU. The demo config (NF4, dropout off, cosine schedule) runs 50
 # steps straight with a checkpoint at step 25; a second output dir starts from a copy of that checkpoint and
-# `--resume auto` runs steps 26-50; the losses of steps 26-50 and the final adapters must be bit-identical.
-# Eager and graph mode.   scripts/gpu-resume-check.sh [BIN_DIR=carry/bin]
+# `--resume auto` runs steps 26-50; the losses of steps 26-50 and the final adapters must be bit-identical
+# (train.deterministic: the default attention backward adds dQ with atomics, whose order varies). Eager and
+# graph mode.   scripts/gpu-resume-check.sh [BIN_DIR=carry/bin]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-carry/bin}
@@ -13,10 +14,10 @@ status=0
 for graph in false true; do
   rm -rf "$work/straight-$graph" "$work/resumed-$graph"
   "$bin/qlora-train" train --config configs/demo.yaml --set output.dir="$work/straight-$graph" \
-      --set train.cuda_graph=$graph > "$work/straight-$graph.log" 2>&1 || status=1
+      --set train.cuda_graph=$graph --set train.deterministic=true > "$work/straight-$graph.log" 2>&1 || status=1
   mkdir -p "$work/resumed-$graph" && cp -r "$work/straight-$graph/checkpoint-25" "$work/resumed-$graph/"
   "$bin/qlora-train" train --config configs/demo.yaml --set output.dir="$work/resumed-$graph" \
-      --set train.cuda_graph=$graph --resume auto > "$work/resumed-$graph.log" 2>&1 || status=1
+      --set train.cuda_graph=$graph --set train.deterministic=true --resume auto > "$work/resumed-$graph.log" 2>&1 || status=1
   python3 - "$work" "$graph" <<'PY' || status=1
 import filecmp, json, sys
 w, g = sys.argv[1], sys.argv[2]

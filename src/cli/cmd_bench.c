@@ -20,13 +20,13 @@ typedef struct bench_opts {
     const char *model;
     int micro_batch, seq, steps, warmup, r;
     const char *quant, *device, *backward_a, *grad_checkpoint;
-    int cuda_graph, json;
+    int cuda_graph, deterministic, json;
 } bench_opts;
 
 static void usage(void) {
     printf("usage: qlora-train bench --model CONFIG.json [--micro-batch 4] [--seq 2048] [--steps 10] [--warmup 3]\n"
            "                         [--r 16] [--quant nf4|none] [--device auto|cpu|cuda] [--backward-a bf16|fp16|fp32]\n"
-           "                         [--grad-checkpoint none|layer|auto] [--cuda-graph] [--json]\n\n"
+           "                         [--grad-checkpoint none|layer|auto] [--cuda-graph] [--deterministic] [--json]\n\n"
            "Trains LoRA (all seven projections, alpha = 2r) on a random-weight model of CONFIG.json with random\n"
            "tokens; prints tokens/s (median step), peak memory, MFU (4 x linear params x tokens/s over the measured\n"
            "bf16 GEMM peak) and where the time goes.\n");
@@ -53,6 +53,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--cuda-graph") == 0) { o->cuda_graph = 1; continue; }
         if (strcmp(a, "--json") == 0) { o->json = 1; continue; }
+        if (strcmp(a, "--deterministic") == 0) { o->deterministic = 1; continue; }
         if (!v) return qlt_fail("%s needs a value (see qlora-train bench --help)", a);
         i++;
         if (strcmp(a, "--model") == 0) o->model = v;
@@ -124,6 +125,7 @@ static int run_bench(const bench_opts *o, const char *tmp) {
              set_fmt(&cfg, "train.backward_a=%s", o->backward_a) ||
              set_fmt(&cfg, "train.grad_checkpoint=%s", o->grad_checkpoint) ||
              set_fmt(&cfg, "train.cuda_graph=%s", o->cuda_graph ? "true" : "false") ||
+             set_fmt(&cfg, "train.deterministic=%s", o->deterministic ? "true" : "false") ||
              set_fmt(&cfg, "output.dir=%s", tmp) || qlt_config_validate(&cfg)
                  ? -1
                  : 0;

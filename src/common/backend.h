@@ -78,6 +78,8 @@ struct qlt_backend {
     const char *name;     /* "cpu" or "cuda" */
     qlt_dtype act_dtype;  /* element type of activations */
     qlt_backward_a backward_a;
+    int deterministic;    /* 1: bitwise-reproducible ops run to run (CUDA: the attention backward without
+                           * atomics, slower); 0: the fastest kernels, last bits may vary (train.deterministic) */
     void *impl;           /* backend-private state */
 
     /* ---- memory (may allocate / synchronize; never called inside a step) ---- */

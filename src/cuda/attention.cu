@@ -11,143 +11,18 @@
  *           registers; for each key tile of 64 from the tile's smallest seg_start (whole tiles before
  *           it are skipped) to its last query: S = Q K^T, mask, online softmax (exp2, running max and
  *           sum per row), O += P V with P reused from the S accumulators as the A operand.
- * Backward  D = rowsum(dO * O) (one warp per row) into the caller's scratch, then two kernels with no
- *           atomics (deterministic): dK/dV (grid: key tiles of 64 x kv heads x batch; each warp owns 16
- *           keys and accumulates over every query head of its group and every query tile that can see
- *           it) and dQ (grid like the forward; recomputes P and dP per key tile).
+ * Backward  D = rowsum(dO * O) (one warp per row) into the caller's scratch, then either the one-pass
+ *           backward of attention_bwd_fused.cu (head_dim 64 and 128: dQ accumulated with fp32 atomics,
+ *           so its last bits depend on the CTA order) or, with be->deterministic (train.deterministic)
+ *           or other head dims, two kernels with no atomics (deterministic): dK/dV (grid: key tiles of 64 x kv heads x
+ *           batch; each warp owns 16 keys and accumulates over every query head of its group and every
+ *           query tile that can see it) and dQ (grid like the forward; recomputes P and dP per key tile).
  *
- * Fragment layouts (PTX ISA, mma.m16n8k16 bf16; g = lane / 4, t = lane % 4):
- *   A 16x16 row-major: reg0 = A[g][2t..2t+1], reg1 = A[g+8][2t..], reg2 = A[g][2t+8..], reg3 = A[g+8][2t+8..]
- *   B 16x8  (k x n)  : reg0 = B[2t..2t+1][g], reg1 = B[2t+8..2t+9][g]
- *   C 16x8           : c0,c1 = C[g][2t..2t+1], c2,c3 = C[g+8][2t..2t+1]
- * B from a row-major [n][k] tile (K for S = Q K^T) is two 32-bit loads; B from a row-major [k][n] tile
- * (V for O = P V) is ldmatrix.x4.trans, which yields the B fragments of two adjacent n8 tiles. */
-#include "cuda/cuda_common.h"
-
-#include <limits.h>
-
-#define ATT_THREADS 128
-
-static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
-#ifdef QLT_ATTN_NO_LDMATRIX
-static __device__ __forceinline__ uint32_t lds32(const bf16 *p) { return *(const uint32_t *)p; }
-#endif
-
-/* B fragments of n-tiles (n0, n0+8) for k rows k0..k0+15 of a row-major [k][n] smem tile */
-static __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const bf16 *tile, int ld, int k0, int n0,
-                                                     int lane) {
-#ifdef QLT_ATTN_NO_LDMATRIX
-    /* reference path: plain 16-bit loads (for bisecting a suspected ldmatrix problem) */
-    int g = lane >> 2, t = lane & 3;
-    const unsigned short *u = (const unsigned short *)tile;
-#define LD2(kk, nn) ((uint32_t)u[(kk)*ld + (nn)] | ((uint32_t)u[((kk) + 1) * ld + (nn)] << 16))
-    r[0] = LD2(k0 + 2 * t, n0 + g);
-    r[1] = LD2(k0 + 2 * t + 8, n0 + g);
-    r[2] = LD2(k0 + 2 * t, n0 + 8 + g);
-    r[3] = LD2(k0 + 2 * t + 8, n0 + 8 + g);
-#undef LD2
-#else
-    const bf16 *p = tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8;
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-#endif
-}
-
-/* rows [row0, row0 + ROWS) of a [seq, *] bf16 matrix (row stride `stride`, HD columns from src) into
- * smem (row stride HD + 8) with cp.async (16 bytes a copy, zero-filled beyond seq); the caller commits
- * and waits */
-template <int HD, int ROWS>
-static __device__ __forceinline__ void load_tile_async(bf16 *dst, const bf16 *src, int64_t stride, int row0, int seq) {
-    constexpr int VPR = HD / 8; /* 16-byte vectors per row */
-    for (int idx = threadIdx.x; idx < ROWS * VPR; idx += ATT_THREADS) {
-        int r = idx / VPR, c = (idx % VPR) * 8;
-        bool ok = row0 + r < seq;
-        const bf16 *g = ok ? src + (int64_t)(row0 + r) * stride + c : src;
-        uint32_t sa = (uint32_t)__cvta_generic_to_shared(dst + r * (HD + 8) + c);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(g), "r"(ok ? 16 : 0));
-    }
-}
-
-static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> static __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-/* A fragment of rows r0..r0+15, k columns k0..k0+15 of a row-major smem tile: one ldmatrix.x4 (its four
- * 8x8 matrices are a0..a3 of the mma A layout) */
-static __device__ __forceinline__ void lda_frag(uint32_t a[4], const bf16 *tile, int ld, int r0, int k0, int lane) {
-#ifdef QLT_ATTN_NO_LDMATRIX
-    int g = lane >> 2, t = lane & 3;
-    a[0] = lds32(tile + (r0 + g) * ld + k0 + 2 * t);
-    a[1] = lds32(tile + (r0 + g + 8) * ld + k0 + 2 * t);
-    a[2] = lds32(tile + (r0 + g) * ld + k0 + 2 * t + 8);
-    a[3] = lds32(tile + (r0 + g + 8) * ld + k0 + 2 * t + 8);
-#else
-    const bf16 *p = tile + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + k0 + ((lane >> 4) & 1) * 8;
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                 : "r"(addr));
-#endif
-}
-
-/* B fragments of the n-tiles n0 and n0+8 (k columns k0..k0+15) of a row-major [n][k] smem tile (K for
- * S = Q K^T): b[0], b[1] for n0 and b[2], b[3] for n0 + 8, one ldmatrix.x4 */
-static __device__ __forceinline__ void ldb_pair(uint32_t b[4], const bf16 *tile, int ld, int n0, int k0, int lane) {
-#ifdef QLT_ATTN_NO_LDMATRIX
-    int g = lane >> 2, t = lane & 3;
-    b[0] = lds32(tile + (n0 + g) * ld + k0 + 2 * t);
-    b[1] = lds32(tile + (n0 + g) * ld + k0 + 2 * t + 8);
-    b[2] = lds32(tile + (n0 + 8 + g) * ld + k0 + 2 * t);
-    b[3] = lds32(tile + (n0 + 8 + g) * ld + k0 + 2 * t + 8);
-#else
-    const bf16 *p = tile + (n0 + (lane & 7) + ((lane >> 4) & 1) * 8) * ld + k0 + ((lane >> 3) & 1) * 8;
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                 : "r"(addr));
-#endif
-}
-
-/* 2^x on the SFU (ex2.approx: ~2 ulp; 2^-inf = 0), as flash-attention kernels use */
-static __device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-/* the smallest seg_start of a tile's rows (s_seg holds INT_MAX beyond seq), computed by every warp
- * (so the result is block-uniform without a barrier); s_seg must be visible (after a barrier) */
-static __device__ __forceinline__ int warp_min_seg(const int *s_seg, int rows) {
-    int m = INT_MAX;
-    for (int i = threadIdx.x & 31; i < rows; i += 32) m = min(m, s_seg[i]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = min(m, __shfl_xor_sync(0xffffffffu, m, o));
-    return m;
-}
-
-/* the largest seg_start of a tile's rows (INT_MAX when a row is beyond seq), block-uniform like
- * warp_min_seg */
-static __device__ __forceinline__ int warp_max_seg(const int *s_seg, int rows) {
-    int m = INT_MIN;
-    for (int i = threadIdx.x & 31; i < rows; i += 32) m = max(m, s_seg[i]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-    return m;
-}
+ * The mma / ldmatrix / cp.async helpers and the fragment layouts are in attention_tiles.h. B from a
+ * row-major [n][k] tile (K for S = Q K^T) is ldb_pair; B from a row-major [k][n] tile (V for O = P V)
+ * is ldmatrix.x4.trans, which yields the B fragments of two adjacent n8 tiles. */
+#include "cuda/attention_tiles.h"
+#include "cuda/attention_bwd_fused.h"
 
 /* Pipelines: STAGES = 2 double-buffers the streamed tiles (the next tile's cp.async is in flight while
  * the current one is multiplied); STAGES = 1 loads then computes (set QLT_ATTN_STAGES=1 in the
@@ -629,14 +504,6 @@ static int attn_stages(void) {
     return stages;
 }
 
-/* the dynamic shared-memory limit is a host-side function attribute (not a stream operation, so this
- * is safe under graph capture); raised once per kernel instantiation */
-template <typename K> static void attn_smem_attr(K kernel, size_t bytes, bool *done) {
-    if (*done) return;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    *done = true;
-}
-
 template <int HD, int STAGES>
 static void attn_fwd_launch(cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                             const int32_t *seg, int batch, int seq, int n_heads, int n_kv, float scale) {
@@ -693,15 +560,20 @@ static __global__ void attn_group_sum_kernel(bf16 *dk, bf16 *dv, const float *pd
     }
 }
 
-/* The CUDA backward's scratch: D [N, n_heads] float, then (GQA) fp32 per-head dK and dV partials
- * [N, n_heads, hd] each, 16-byte aligned. */
+/* The CUDA backward's scratch, 256-byte aligned parts: D [N, n_heads] float; with GQA the fp32 per-head
+ * dK and dV partials [N, n_heads, hd] each; for the head dims of the one-pass backward its fp32 dQ
+ * accumulator [N, n_heads, hd]. */
 static size_t attn_partials_offset(int64_t n, int n_heads) {
     return ((size_t)n * (size_t)n_heads * sizeof(float) + 255) & ~(size_t)255;
 }
 
+static size_t attn_partials_bytes(int64_t n, int n_heads, int n_kv_heads, int head_dim) {
+    return n_heads == n_kv_heads ? 0 : 2 * sizeof(float) * (size_t)n * (size_t)n_heads * (size_t)head_dim;
+}
+
 size_t qlt_cuda_attention_bwd_scratch_bytes(qlt_backend *be, int64_t n, int n_heads, int n_kv_heads, int head_dim) {
-    size_t bytes = attn_partials_offset(n, n_heads);
-    if (n_heads != n_kv_heads) bytes += 2 * sizeof(float) * (size_t)n * (size_t)n_heads * (size_t)head_dim;
+    size_t bytes = attn_partials_offset(n, n_heads) + attn_partials_bytes(n, n_heads, n_kv_heads, head_dim);
+    if (qlt_attn_bwd_fused_supported(head_dim)) bytes += qlt_attn_bwd_fused_acc_bytes(n, n_heads, head_dim);
     return bytes;
 }
 
@@ -758,6 +630,20 @@ void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float
     CUDA_CHECK_LAUNCH();
     bf16 *a = (bf16 *)dq, *bk = (bf16 *)dk, *c = (bf16 *)dv;
     const bf16 *d = (const bf16 *)dout, *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
+    if (qlt_attn_bwd_fused_supported(head_dim) && !be->deterministic) {
+        const int64_t n = (int64_t)batch * seq;
+        char *part = (char *)scratch + attn_partials_offset(n, n_heads);
+        float *pdk = (float *)part, *pdv = pdk + n * n_heads * head_dim;
+        float *acc = (float *)(part + attn_partials_bytes(n, n_heads, n_kv_heads, head_dim));
+        qlt_attn_bwd_fused(s, a, bk, c, acc, pdk, pdv, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads,
+                           n_kv_heads, head_dim, scale);
+        if (n_heads != n_kv_heads) {
+            attn_group_sum_kernel<<<qlt_grid(n * n_kv_heads * head_dim, 256), 256, 0, s>>>(bk, c, pdk, pdv, n, n_heads,
+                                                                                           n_kv_heads, head_dim);
+            CUDA_CHECK_LAUNCH();
+        }
+        return;
+    }
     switch (head_dim) {
     case 16: attn_bwd_dispatch<16>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
     case 32: attn_bwd_dispatch<32>(s, a, bk, c, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;

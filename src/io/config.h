@@ -79,6 +79,7 @@ typedef struct qlt_config {
         char *backward_a;    /* bf16 | fp16 | fp32 */
         char *grad_checkpoint; /* none | layer | auto */
         int cuda_graph;      /* 0 (the CUDA_GRAPH=1 environment variable also turns it on) */
+        int deterministic;   /* 0: fastest kernels (GPU results' last bits may vary run to run) */
         int64_t eval_every;  /* 0 = only at the end when data.eval is set */
         int log_every;       /* 1 */
         int threads;         /* 0 = all cores, for the CPU path */

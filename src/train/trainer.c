@@ -163,6 +163,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         if (strcmp(cfg->train.backward_a, "fp16") == 0) t->be->backward_a = QLT_BACKWARD_A_FP16;
         else if (strcmp(cfg->train.backward_a, "fp32") == 0) t->be->backward_a = QLT_BACKWARD_A_FP32;
         else t->be->backward_a = QLT_BACKWARD_A_BF16;
+        t->be->deterministic = cfg->train.deterministic;
     }
     double load_start = now_seconds();
     if (load_model_and_adapter(t, mode) != 0) goto fail;

@@ -712,6 +712,7 @@ typedef struct attn_case {
 static const attn_case attn_cases[] = {
     {1, 1, 4, 2, 16, 0},   {2, 17, 4, 2, 32, 5},   {1, 128, 14, 2, 64, 0}, {2, 128, 4, 2, 16, 40},
     {1, 300, 8, 8, 128, 0}, {2, 512, 4, 2, 128, 150}, {1, 512, 14, 2, 64, 100}, {3, 77, 8, 8, 32, 30},
+    {1, 45, 4, 1, 128, 0},  {2, 700, 6, 2, 64, 200},  {1, 1000, 2, 2, 128, 0},
 };
 
 void check_attention(void) {
@@ -745,18 +746,29 @@ void check_attention(void) {
               *dv_ref = malloc(sizeof(float) * (size_t)kn), *scr = malloc(sizeof(float) * (size_t)(n * A->heads));
         qlt_cpu_attention_bwd(dq_ref, dk_ref, dv_ref, scr, dout, o_ref, lse_ref, q, k, v, seg, A->batch, A->seq, A->heads,
                               A->kv, A->hd, scale);
-        void *gq = dpoison(2 * (size_t)qn), *gk = dpoison(2 * (size_t)kn), *gv = dpoison(2 * (size_t)kn);
-        float *gscr = dpoison(G->attention_bwd_scratch_bytes(G, n, A->heads, A->kv, A->hd));
-        G->attention_bwd(G, gq, gk, gv, gscr, dbf16(dout, qn), dbf16(o_ref, qn), df32(lse_ref, n * A->heads), dq_, dk_,
-                         dv_, dseg, A->batch, A->seq, A->heads, A->kv, A->hd, scale);
-        float *hq = hget_bf16(gq, qn), *hk = hget_bf16(gk, kn), *hv = hget_bf16(gv, kn), *hs = hget_f32(gscr, n * A->heads);
-        row("attention_bwd dq", sh, hq, dq_ref, qn, 2e-2);
-        row("attention_bwd dk", sh, hk, dk_ref, kn, 2e-2);
-        row("attention_bwd dv", sh, hv, dv_ref, kn, 2e-2);
-        row("attention_bwd D", sh, hs, scr, n * A->heads, 1e-4);
+        /* both backwards: the one-pass kernel (atomic dQ; head_dim 64 and 128) and the deterministic one */
+        void *ddout = dbf16(dout, qn), *dout_ref = dbf16(o_ref, qn);
+        float *dlse_ref = df32(lse_ref, n * A->heads);
+        for (int det = 0; det <= 1; det++) {
+            G->deterministic = det;
+            char shd[80];
+            snprintf(shd, sizeof shd, "%s%s", sh, det ? " deterministic" : "");
+            void *gq = dpoison(2 * (size_t)qn), *gk = dpoison(2 * (size_t)kn), *gv = dpoison(2 * (size_t)kn);
+            float *gscr = dpoison(G->attention_bwd_scratch_bytes(G, n, A->heads, A->kv, A->hd));
+            G->attention_bwd(G, gq, gk, gv, gscr, ddout, dout_ref, dlse_ref, dq_, dk_, dv_, dseg, A->batch, A->seq,
+                             A->heads, A->kv, A->hd, scale);
+            float *hq = hget_bf16(gq, qn), *hk = hget_bf16(gk, kn), *hv = hget_bf16(gv, kn),
+                  *hs = hget_f32(gscr, n * A->heads);
+            row("attention_bwd dq", shd, hq, dq_ref, qn, 2e-2);
+            row("attention_bwd dk", shd, hk, dk_ref, kn, 2e-2);
+            row("attention_bwd dv", shd, hv, dv_ref, kn, 2e-2);
+            row("attention_bwd D", shd, hs, scr, n * A->heads, 1e-4);
+            free(hq), free(hk), free(hv), free(hs);
+        }
+        G->deterministic = 0;
         dfree_all();
         free(seg), free(q), free(k), free(v), free(dout), free(o_ref), free(lse_ref), free(o), free(l);
-        free(dq_ref), free(dk_ref), free(dv_ref), free(scr), free(hq), free(hk), free(hv), free(hs);
+        free(dq_ref), free(dk_ref), free(dv_ref), free(scr);
     }
 }
 
@@ -909,6 +921,10 @@ void check_graph_capture(void) {
     float *results[2][3];
     float losses[2];
     cudaStream_t st = (cudaStream_t)qlt_cuda_stream(G);
+    /* deterministic ops: the replay is bit-identical; the default one-pass attention backward adds dQ with
+     * atomics in a varying order, so dQ may differ in its last bits (dK, dV and the loss may not) */
+    for (int det = 1; det >= 0; det--) {
+    G->deterministic = det;
     for (int pass = 0; pass < 2; pass++) { /* pass 0 eager, pass 1 captured and replayed */
         G->upload(G, dsc, &sc0, sizeof sc0);
         cudaGraph_t graph = NULL;
@@ -945,13 +961,15 @@ void check_graph_capture(void) {
         if (exec) cudaGraphExecDestroy(exec);
         if (graph) cudaGraphDestroy(graph);
     }
-    const char *sh = "B2 S128 H4/2 hd64 V512";
+    const char *sh = det ? "B2 S128 H4/2 hd64 V512 deterministic" : "B2 S128 H4/2 hd64 V512";
     gpu_check_row("graph replay == eager loss", sh, fabs((double)losses[0] - losses[1]), 0.0, "abs");
-    row("graph replay == eager dq", sh, results[1][0], results[0][0], n * D, 0.0);
+    row("graph replay == eager dq", sh, results[1][0], results[0][0], n * D, det ? 0.0 : 1e-3);
     row("graph replay == eager dk", sh, results[1][1], results[0][1], n * KV * HD, 0.0);
     row("graph replay == eager dv", sh, results[1][2], results[0][2], n * KV * HD, 0.0);
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 3; j++) free(results[i][j]);
+    }
+    G->deterministic = 0;
     G->weight_free(G, &wq), G->weight_free(G, &wk), G->weight_free(G, &wv), G->weight_free(G, &wh);
     dfree_all();
     free(x), free(w), free(wl), free(a), free(b), free(nw), free(seg), free(tg);
@@ -1002,6 +1020,20 @@ void check_perf(void) {
                 gpu_check_perf("attention fwd+bwd TFLOP/s", sh, (flops_fwd + flops_bwd) / (tf + tb) / 1e12, "TFLOP/s");
             }
         }
+        /* the deterministic (two-kernel) backward, causal */
+        memset(seg, 0, sizeof(int32_t) * (size_t)n);
+        G->upload(G, dseg, seg, sizeof(int32_t) * (size_t)n);
+        G->deterministic = 1;
+        double tb = 0;
+        for (int it = 0; it < 12; it++) {
+            G->sync(G);
+            double t1 = now_s();
+            G->attention_bwd(G, dq, dk, dv, scr, dout, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale);
+            G->sync(G);
+            if (it >= 2) tb += now_s() - t1;
+        }
+        G->deterministic = 0;
+        gpu_check_perf("attention_bwd ms", "B4 S2048 H28/4 hd128 causal deterministic", tb / 10 * 1e3, "ms");
         dfree_all();
         free(h), free(seg);
     }
