@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "common/error.h"
 #include "io/fileutil.h"
@@ -147,7 +146,7 @@ static void write_eval_config(const char *path, const char *model_dir, const cha
 /* Runs the CLI; expects exit 1, exactly one output line containing each needle. */
 static void expect_cli_error(const char *args, const char *needle1, const char *needle2) {
     char *out;
-    int status = test_run_cli(args, &out);
+    int status = test_run_cli(NULL, args, &out);
     cr_expect_eq(status, 1, "exit status %d for `%s`: %s", status, args, out);
     cr_expect(strncmp(out, "qlora-train: error: ", 20) == 0, "output: %s", out);
     size_t lines = 0;
@@ -255,22 +254,9 @@ Test(cli, eval_prints_golden_loss) {
     for (int i = 0; i < 3; i++) {
         char *dir = test_tmpdir();
         char *fixture = test_fixture_path(models[i], NULL);
-        char *gpath = test_fixture_path(models[i], "golden.safetensors");
-        qlt_st_file g;
-        cr_assert_eq(qlt_st_open(&g, gpath), 0);
-        int64_t n;
-        int32_t *ids = test_read_i32(&g, "input_ids", &n), *labels = test_read_i32(&g, "labels", NULL);
-        int seq = (int)qlt_st_find(&g, "input_ids")->shape[1];
         char *tokens = qlt_path_join(dir, "eval.jsonl");
-        FILE *f = fopen(tokens, "w");
-        for (int64_t b = 0; b < n / seq; b++) {
-            fprintf(f, "{\"input_ids\": [");
-            for (int s = 0; s < seq; s++) fprintf(f, "%s%d", s ? "," : "", ids[b * seq + s]);
-            fprintf(f, "], \"labels\": [");
-            for (int s = 0; s < seq; s++) fprintf(f, "%s%d", s ? "," : "", labels[b * seq + s]);
-            fprintf(f, "]}\n");
-        }
-        fclose(f);
+        int seq;
+        test_write_golden_tokens(models[i], tokens, NULL, &seq);
         char *cfg = qlt_path_join(dir, "eval.yaml"), *text = NULL, *args = NULL, *out = NULL;
         if (asprintf(&text,
                      "model: {path: %s, quant: none}\nlora: {init_from: %s/adapter-init}\n"
@@ -280,20 +266,16 @@ Test(cli, eval_prints_golden_loss) {
             abort();
         test_write_text(cfg, text);
         if (asprintf(&args, "eval --config %s", cfg) < 0) abort();
-        int status = test_run_cli(args, &out);
+        int status = test_run_cli(NULL, args, &out);
         cr_assert_eq(status, 0, "%s", out);
         char *k = strstr(out, "{\"loss\": ");
         cr_assert(k, "%s", out);
         double loss = strtod(k + 9, NULL);
         cr_expect(loss > 0 && (loss - golden[i]) / golden[i] < 1e-5 && (golden[i] - loss) / golden[i] < 1e-5,
                   "%s: eval loss %.9f vs golden %.9f", models[i], loss, golden[i]);
-        qlt_st_close(&g);
-        free(ids);
-        free(labels);
         qlt_remove_tree(dir);
         free(dir);
         free(fixture);
-        free(gpath);
         free(tokens);
         free(cfg);
         free(text);
@@ -306,7 +288,7 @@ Test(cli, eval_prints_golden_loss) {
 Test(cli, inspect_reports_model) {
     char *dir = test_fixture_path("tiny-llama", NULL), *args = NULL, *out = NULL;
     if (asprintf(&args, "inspect %s", dir) < 0) abort();
-    cr_assert_eq(test_run_cli(args, &out), 0, "%s", out);
+    cr_assert_eq(test_run_cli(NULL, args, &out), 0, "%s", out);
     cr_expect(strstr(out, "architecture: LlamaForCausalLM  layers 3  hidden 96  heads 6 / kv 2  head_dim 16"), "%s", out);
     cr_expect(strstr(out, "model.layers.2.mlp.down_proj.weight"), "%s", out);
     cr_expect(strstr(out, "F32"), "%s", out);
@@ -314,7 +296,7 @@ Test(cli, inspect_reports_model) {
     free(args);
     free(out);
     if (asprintf(&args, "inspect %s/adapter-init", dir) < 0) abort();
-    cr_expect_eq(test_run_cli(args, &out), 1, "a directory without config.json is an error: %s", out);
+    cr_expect_eq(test_run_cli(NULL, args, &out), 1, "a directory without config.json is an error: %s", out);
     cr_expect(strstr(out, "config.json"), "%s", out);
     free(args);
     free(out);
@@ -330,22 +312,13 @@ Test(cli, demo_config_trains) {
                  QLT_TEST_DATA, tmp) < 0)
         abort();
     /* the demo's paths are relative to the repository root */
-    char *cmd = NULL;
-    if (asprintf(&cmd, "cd %s/../.. && %s %s 2>&1", QLT_TEST_DATA, QLT_BINARY, args) < 0) abort();
-    FILE *p = popen(cmd, "r");
-    cr_assert(p);
-    char buf[4096];
-    size_t n = fread(buf, 1, sizeof buf - 1, p);
-    buf[n] = '\0';
-    int status = pclose(p);
-    cr_assert_eq(WEXITSTATUS(status), 0, "%s", buf);
+    cr_assert_eq(test_run_cli(QLT_TEST_DATA "/../..", args, &out), 0, "%s", out);
     char *adapter = NULL;
     if (asprintf(&adapter, "%s/run/final/adapter_config.json", tmp) < 0) abort();
-    cr_expect(qlt_file_exists(adapter), "no %s: %s", adapter, buf);
-    cr_expect(strstr(buf, "step 2/2"), "%s", buf);
+    cr_expect(qlt_file_exists(adapter), "no %s: %s", adapter, out);
+    cr_expect(strstr(out, "step 2/2"), "%s", out);
     qlt_remove_tree(tmp);
     free(adapter);
-    free(cmd);
     free(args);
     free(out);
     free(tmp);

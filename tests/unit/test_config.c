@@ -2,7 +2,6 @@
  * class (with the exact line a user would read), validation, the JSON round trip, and that the help and
  * docs/CONFIG.md list every key. Files are written under a fresh mkdtemp directory per test. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,37 +11,24 @@
 #include "common/edit_distance.h"
 #include "common/error.h"
 #include "io/config.h"
+#include "io/fileutil.h"
+#include "test_util.h"
 
-static char tmpdir[64];
+static char *tmpdir; /* a fresh test_tmpdir() per test */
 
-static void make_tmpdir(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/qlt_config_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
+static void make_tmpdir(void) { tmpdir = test_tmpdir(); }
 
 static void remove_tmpdir(void) {
-    DIR *d = opendir(tmpdir);
-    if (!d) return;
-    struct dirent *ent;
-    char path[512];
-    while ((ent = readdir(d))) {
-        if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", tmpdir, ent->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(tmpdir);
+    qlt_remove_tree(tmpdir);
+    free(tmpdir);
 }
 
 TestSuite(config, .init = make_tmpdir, .fini = remove_tmpdir);
 
-/* Writes `text` to <tmpdir>/<name> and returns the path (in `path`). */
+/* Writes `len` bytes to <tmpdir>/<name> and returns the path (in `path`). */
 static const char *write_bytes(char *path, size_t size, const char *name, const char *bytes, size_t len) {
     snprintf(path, size, "%s/%s", tmpdir, name);
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    cr_assert_eq(fwrite(bytes, 1, len, f), len);
-    fclose(f);
+    test_write_bytes(path, bytes, len);
     return path;
 }
 
@@ -626,19 +612,6 @@ Test(config, validation) {
 
 /* ---- JSON round trip ---------------------------------------------------------------------------------- */
 
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n);
-    text[n] = '\0';
-    fclose(f);
-    return text;
-}
-
 static void round_trip(const qlt_config *c) {
     char path[512];
     snprintf(path, sizeof path, "%s/effective.json", tmpdir);
@@ -666,7 +639,8 @@ Test(config, json_round_trip) {
 
     /* The written file speaks the file syntax: sections, HF target names, short numbers. */
     snprintf(path, sizeof path, "%s/effective.json", tmpdir);
-    char *json = read_all(path);
+    char *json;
+    cr_assert_eq(qlt_read_file(path, &json, NULL), 0, "%s", qlt_error());
     cr_assert_not_null(strstr(json, "\"targets\":\t[\"q_proj\", \"v_proj\", \"down_proj\"]"), "%s", json);
     cr_assert_not_null(strstr(json, "\"lr\":\t3.3333e-05"), "%s", json);
     cr_assert_not_null(strstr(json, "\"seed\":\t18446744073709551615"), "%s", json);
@@ -704,7 +678,8 @@ Test(config, help_lists_every_key) {
     cr_assert_not_null(f);
     qlt_config_fprint_help(f);
     fclose(f);
-    char *help = read_all(path);
+    char *help;
+    cr_assert_eq(qlt_read_file(path, &help, NULL), 0, "%s", qlt_error());
     cr_assert_geq(qlt_config_key_count(), 45);
     for (int64_t i = 0; i < qlt_config_key_count(); i++) {
         const qlt_config_key *k = qlt_config_key_at(i);
@@ -724,7 +699,8 @@ static void doc_row(const qlt_config_key *k, char *row, size_t size) {
 }
 
 Test(config, docs_list_every_key) {
-    char *docs = read_all(QLT_TEST_DATA "/../../docs/CONFIG.md");
+    char *docs;
+    cr_assert_eq(qlt_read_file(QLT_TEST_DATA "/../../docs/CONFIG.md", &docs, NULL), 0, "%s", qlt_error());
     char expected_path[512];
     snprintf(expected_path, sizeof expected_path, "/tmp/qlt-CONFIG-rows-%ld.md", (long)getpid());
     int missing = 0;

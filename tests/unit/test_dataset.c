@@ -14,6 +14,7 @@
 #include "io/fileutil.h"
 #include "io/dataset.h"
 #include "io/tokenizer.h"
+#include "test_util.h"
 
 #define TOK QLT_TEST_DATA "/fixtures/tok-qwen2style/tokenizer.json"
 #define TOK_LLAMA3 QLT_SHARED_DIR "/assets/tokenizers/llama3/tokenizer.json"
@@ -22,28 +23,21 @@
 /* tok-qwen2style ids: "Hello" 39 422 323, " world" 2025 1734, "Hi" 39 72, "Yo" 56 78, "user" 1769,
  * "assistant" 337 322 733, "\n" 198, <|endoftext|> 3000, <|im_start|> 3001, <|im_end|> 3002 */
 
-static char tmpdir[64];
+static char *tmpdir; /* a fresh test_tmpdir() per test */
 
-static void make_tmpdir(void) {
-    strcpy(tmpdir, "/tmp/qlt-data-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
+static void make_tmpdir(void) { tmpdir = test_tmpdir(); }
 
 static void remove_tmpdir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(qlt_remove_tree(tmpdir), 0, "%s", qlt_error());
+    free(tmpdir);
 }
 
 TestSuite(dataset, .init = make_tmpdir, .fini = remove_tmpdir);
 
+/* Writes content to <tmpdir>/<name>; returns the path (heap). */
 static char *write_file(const char *name, const char *content) {
-    char *path = malloc(strlen(tmpdir) + strlen(name) + 2);
-    sprintf(path, "%s/%s", tmpdir, name);
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    fputs(content, f);
-    fclose(f);
+    char *path = qlt_path_join(tmpdir, name);
+    test_write_text(path, content);
     return path;
 }
 

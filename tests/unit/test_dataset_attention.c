@@ -9,10 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/error.h"
 #include "io/dataset.h"
+#include "io/fileutil.h"
+#include "test_util.h"
 
 enum { DIM = 8 };
 
@@ -50,10 +51,8 @@ static void attention(const int32_t *ids, const int32_t *seg, int n, int use_seg
 }
 
 Test(dataset_attention, packed_rows_equal_examples_alone) {
-    char dir[] = "/tmp/qlt-attn-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
-    char path[128];
-    snprintf(path, sizeof path, "%s/a.jsonl", dir);
+    char *dir = test_tmpdir();
+    char *path = qlt_path_join(dir, "a.jsonl");
     FILE *f = fopen(path, "w");
     /* examples of 1..13 tokens, so rows hold several and some continue into the next row */
     for (int e = 0; e < 40; e++) {
@@ -98,6 +97,7 @@ Test(dataset_attention, packed_rows_equal_examples_alone) {
     cr_assert_gt(segments, (int)ds.n_rows); /* rows really hold several examples */
     cr_assert_gt(differs, 0, "without the segment mask attention must leak across examples");
     qlt_dataset_free(&ds);
-    remove(path);
-    rmdir(dir);
+    qlt_remove_tree(dir);
+    free(path);
+    free(dir);
 }

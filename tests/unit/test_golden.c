@@ -6,12 +6,13 @@
 #include <criterion/parameterized.h>
 #include <math.h>
 #include <stdio.h>
-#include "common/error.h"
 #include <stdlib.h>
 #include <string.h>
 
 #include "autograd/graph.h"
 #include "common/backend.h"
+#include "common/error.h"
+#include "io/fileutil.h"
 #include "model/forward.h"
 #include "model/lora.h"
 #include "test_util.h"
@@ -56,12 +57,8 @@ static void golden_setup(golden_run *r, const char *name, const char *weights, i
     cr_assert_eq(qlt_model_load(&r->model, r->be, load_dir, &opts), 0, "%s", qlt_error());
     char *gpath = test_fixture_path(name, "golden.safetensors");
     cr_assert_eq(qlt_st_open(&r->golden, gpath), 0, "%s", qlt_error());
-    int64_t n;
-    int32_t *ids = test_read_i32(&r->golden, "input_ids", &n);
-    int32_t *labels = test_read_i32(&r->golden, "labels", NULL);
-    const qlt_st_tensor *t = qlt_st_find(&r->golden, "input_ids");
-    r->batch = (int)t->shape[0];
-    r->seq = (int)t->shape[1];
+    int32_t *ids, *labels;
+    test_golden_batch(name, &ids, &labels, &r->batch, &r->seq);
     cr_assert_eq(qlt_batch_buffers_init(&r->bb, r->be, r->batch, r->seq), 0);
     r->count = qlt_batch_upload(&r->bb, r->be, ids, labels, NULL);
     free(ids);
@@ -83,9 +80,7 @@ static void golden_setup(golden_run *r, const char *name, const char *weights, i
     qlt_graph_init(&r->g, r->be, 1);
     free(gpath);
     if (tmp) {
-        char cmd[1024];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-        system(cmd);
+        cr_assert_eq(qlt_remove_tree(tmp), 0, "%s", qlt_error());
         free(tmp);
     }
     free(dir);
@@ -183,27 +178,7 @@ ParameterizedTest(golden_case *c, golden, gradients) {
     golden_setup(&r, c->model, c->weights, 1);
     golden_forward(&r, 1);
     check_loss(&r, "losses", 0, 1e-5);
-    char name[256], gname[300];
-    int checked = 0;
-    for (int l = 0; l < r.lora.n_layers; l++) {
-        for (int p = 0; p < QLT_PROJ_COUNT; p++) {
-            const qlt_lora_slot *s = &r.lora.slots[l][p];
-            cr_assert(s->active);
-            for (int which = 0; which < 2; which++) {
-                qlt_lora_tensor_name(name, sizeof name, l, p, which ? 'B' : 'A');
-                snprintf(gname, sizeof gname, "grad.%s", name);
-                int64_t numel;
-                float *ref = test_read_f32(&r.golden, gname, &numel);
-                const float *got = r.lora.grads + s->offset_a + (which ? (int64_t)r.lora.r * s->in : 0);
-                cr_assert_eq(numel, which ? s->out * r.lora.r : r.lora.r * s->in);
-                double err = test_rel_err(got, ref, numel); if (getenv("QLT_TEST_VERBOSE")) fprintf(stderr, "%s err %.3g\n", gname, err);
-                cr_expect(err <= c->tol, "%s: max rel err %.3g", gname, err);
-                free(ref);
-                checked++;
-            }
-        }
-    }
-    cr_assert_eq(checked, r.lora.n_layers * QLT_PROJ_COUNT * 2);
+    test_check_lora_grads(&r.lora, &r.golden, c->tol, "");
     golden_teardown(&r);
 }
 

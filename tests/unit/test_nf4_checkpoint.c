@@ -13,12 +13,7 @@
 #include "io/bnb_checkpoint.h"
 #include "io/fileutil.h"
 #include "io/safetensors.h"
-
-static char *make_tmpdir(void) {
-    char *t = qlt_xstrdup("/tmp/qlt_nf4_test_XXXXXX");
-    cr_assert_not_null(mkdtemp(t));
-    return t;
-}
+#include "test_util.h"
 
 Test(nf4_checkpoint, python_float_repr) {
     struct { double v; const char *want; } cases[] = {
@@ -90,7 +85,7 @@ static void assert_same_nf4(const qlt_nf4 *a, const qlt_nf4 *b) {
 }
 
 Test(nf4_checkpoint, write_then_read_same_bytes) {
-    char *dir = make_tmpdir();
+    char *dir = test_tmpdir();
     for (int dq = 0; dq < 2; dq++) {
         qlt_nf4 q, r;
         int64_t shape[2] = {77, 333}; /* odd numel, ragged block, several nested blocks */
@@ -124,7 +119,7 @@ Test(nf4_checkpoint, write_then_read_same_bytes) {
 /* Writes a module, then replaces or drops one tensor, and expects reading to fail naming `expect`. */
 static void expect_bad(const char *drop, const char *replace_json, qlt_dtype replace_dtype, int64_t replace_len,
                        const char *expect) {
-    char *dir = make_tmpdir();
+    char *dir = test_tmpdir();
     qlt_nf4 q;
     random_nf4(&q, 64 * 10, 64, 1, 9);
     int64_t shape[2] = {10, 64};
@@ -190,33 +185,31 @@ Test(nf4_checkpoint, bad_checkpoints_name_the_tensor) {
                "is not a bitsandbytes 4-bit module");
 }
 
-static void write_text(const char *dir, const char *name, const char *text) {
-    char *p = qlt_path_join(dir, name);
-    cr_assert_eq(qlt_write_file_atomic(p, text, strlen(text)), 0);
+/* Writes text as dir/config.json. */
+static void write_config_json(const char *dir, const char *text) {
+    char *p = qlt_path_join(dir, "config.json");
+    test_write_text(p, text);
     free(p);
 }
 
 Test(nf4_checkpoint, detect_config) {
-    char *dir = make_tmpdir();
+    char *dir = test_tmpdir();
     qlt_bnb_config c;
-    write_text(dir, "config.json", "{\"model_type\": \"llama\"}");
+    write_config_json(dir, "{\"model_type\": \"llama\"}");
     cr_assert_eq(qlt_bnb_detect(dir, &c), 0);
-    write_text(dir, "config.json",
-               "{\"quantization_config\": {\"quant_method\": \"bitsandbytes\", \"load_in_4bit\": true, "
-               "\"bnb_4bit_quant_type\": \"nf4\", \"bnb_4bit_use_double_quant\": true, "
-               "\"bnb_4bit_compute_dtype\": \"bfloat16\"}}");
+    write_config_json(dir, "{\"quantization_config\": {\"quant_method\": \"bitsandbytes\", \"load_in_4bit\": true, "
+                           "\"bnb_4bit_quant_type\": \"nf4\", \"bnb_4bit_use_double_quant\": true, "
+                           "\"bnb_4bit_compute_dtype\": \"bfloat16\"}}");
     cr_assert_eq(qlt_bnb_detect(dir, &c), 1);
     cr_assert_eq(c.double_quant, 1);
     cr_assert_eq(c.compute_dtype, QLT_DTYPE_BF16);
-    write_text(dir, "config.json",
-               "{\"quantization_config\": {\"quant_method\": \"bitsandbytes\", \"load_in_8bit\": true}}");
+    write_config_json(dir, "{\"quantization_config\": {\"quant_method\": \"bitsandbytes\", \"load_in_8bit\": true}}");
     cr_assert_eq(qlt_bnb_detect(dir, &c), -1);
     cr_assert(strstr(qlt_error(), "8-bit"));
-    write_text(dir, "config.json",
-               "{\"quantization_config\": {\"quant_method\": \"bitsandbytes\", \"load_in_4bit\": true, "
-               "\"bnb_4bit_quant_type\": \"fp4\"}}");
+    write_config_json(dir, "{\"quantization_config\": {\"quant_method\": \"bitsandbytes\", \"load_in_4bit\": true, "
+                           "\"bnb_4bit_quant_type\": \"fp4\"}}");
     cr_assert_eq(qlt_bnb_detect(dir, &c), -1);
-    write_text(dir, "config.json", "{\"quantization_config\": {\"quant_method\": \"gptq\"}}");
+    write_config_json(dir, "{\"quantization_config\": {\"quant_method\": \"gptq\"}}");
     cr_assert_eq(qlt_bnb_detect(dir, &c), -1);
     cr_assert(strstr(qlt_error(), "gptq"));
     qlt_remove_tree(dir);
@@ -236,16 +229,16 @@ static int is_linear(const char *name) {
 /* quantize MODEL OUT: every linear equals quantizing the input directly, every other tensor is unchanged,
  * config.json is detected, and writing what was read gives the same bytes again. */
 static void quantize_round_trip(const char *fixture, const char *model_file, const char *extra_args) {
-    char *tmp = make_tmpdir();
+    char *tmp = test_tmpdir();
     char *in = qlt_path_join(tmp, "in"), *out = qlt_path_join(tmp, "out"), *again = qlt_path_join(tmp, "again");
-    char src_dir[2048], cmd[16384];
-    snprintf(src_dir, sizeof src_dir, "%s/fixtures/%s", QLT_TEST_DATA, fixture);
+    char *src_dir = test_fixture_path(fixture, NULL), cmd[16384], *output;
     cr_assert_eq(qlt_mkdirs(in), 0);
     snprintf(cmd, sizeof cmd, "cp %s/config.json %s/ && cp %s/%s %s/model.safetensors", src_dir, in, src_dir,
              model_file, in);
     cr_assert_eq(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "%s quantize %s %s %s 2>/dev/null", QLT_BINARY, in, out, extra_args);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "quantize %s %s %s", in, out, extra_args);
+    cr_assert_eq(test_run_cli(NULL, cmd, &output), 0, "%s: %s", cmd, output);
+    free(output);
     qlt_bnb_config bc;
     cr_assert_eq(qlt_bnb_detect(out, &bc), 1, "%s", qlt_error());
     qlt_st_dir din, dout;
@@ -300,8 +293,9 @@ static void quantize_round_trip(const char *fixture, const char *model_file, con
     qlt_st_dir_close(&din);
     qlt_st_dir_close(&dout);
     /* the output is not quantized twice */
-    snprintf(cmd, sizeof cmd, "%s quantize %s %s/twice 2>/dev/null", QLT_BINARY, out, tmp);
-    cr_assert_neq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "quantize %s %s/twice", out, tmp);
+    cr_assert_neq(test_run_cli(NULL, cmd, NULL), 0, "a quantized model quantized again");
+    free(src_dir);
     free(p);
     free(in);
     free(out);

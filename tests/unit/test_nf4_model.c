@@ -21,12 +21,9 @@ static float *model_logits(const char *dir, const char *fixture, int nf4, double
     qlt_model m;
     qlt_model_load_opts opts = {.nf4 = nf4, .nf4_blocksize = 64, .double_quant = 1};
     cr_assert_eq(qlt_model_load(&m, be, dir, &opts), 0, "%s", qlt_error());
-    char *gpath = test_fixture_path(fixture, "golden.safetensors");
-    qlt_st_file g;
-    cr_assert_eq(qlt_st_open(&g, gpath), 0);
-    int32_t *ids = test_read_i32(&g, "input_ids", NULL), *labels = test_read_i32(&g, "labels", NULL);
-    const qlt_st_tensor *t = qlt_st_find(&g, "input_ids");
-    int batch = (int)t->shape[0], seq = (int)t->shape[1];
+    int32_t *ids, *labels;
+    int batch, seq;
+    test_golden_batch(fixture, &ids, &labels, &batch, &seq);
     qlt_batch_buffers bb;
     cr_assert_eq(qlt_batch_buffers_init(&bb, be, batch, seq), 0);
     int64_t count = qlt_batch_upload(&bb, be, ids, labels, NULL);
@@ -51,8 +48,6 @@ static float *model_logits(const char *dir, const char *fixture, int nf4, double
     qlt_batch_buffers_free(&bb, be);
     qlt_model_free(&m);
     be->destroy(be);
-    qlt_st_close(&g);
-    free(gpath);
     free(ids);
     free(labels);
     return logits;
@@ -66,7 +61,7 @@ Test(nf4_model, quantize_on_load_equals_bnb_checkpoint) {
         char *tmp = test_tmpdir();
         char *qdir = qlt_path_join(tmp, "q"), *args = NULL, *out = NULL;
         if (asprintf(&args, "quantize %s %s", src, qdir) < 0) abort();
-        cr_assert_eq(test_run_cli(args, &out), 0, "%s", out);
+        cr_assert_eq(test_run_cli(NULL, args, &out), 0, "%s", out);
         double loss_a, loss_b;
         int64_t na, nb;
         float *a = model_logits(src, models[i], 1, &loss_a, &na);

@@ -7,12 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <utf8proc.h>
 
 #include "common/error.h"
 #include "io/fileutil.h"
 #include "io/tokenizer.h"
+#include "test_util.h"
 
 #define TOK_QWEN2STYLE QLT_TEST_DATA "/fixtures/tok-qwen2style"
 #define TOK_LLAMA3STYLE QLT_TEST_DATA "/fixtures/tok-llama3style"
@@ -78,23 +78,19 @@ Test(tokenizer, golden_llama3_real) {
     check_goldens(TOK_LLAMA3, TOK_LLAMA3 "/tokenizer.json", 0); /* Llama-3 has no normalizer */
 }
 
+/* Writes len bytes of data as <fresh test_tmpdir()>/<name>; returns the path (heap; remove_temp undoes it). */
 static char *write_temp(const char *name, const char *data, size_t len) {
-    char *dir = strdup("/tmp/qlt-tok-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    char *path = malloc(strlen(dir) + strlen(name) + 2);
-    sprintf(path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    fwrite(data, 1, len, f);
-    fclose(f);
+    char *dir = test_tmpdir();
+    char *path = qlt_path_join(dir, name);
+    test_write_bytes(path, data, len);
     free(dir);
     return path;
 }
 
+/* Removes the directory write_temp made for path, and frees path. */
 static void remove_temp(char *path) {
-    remove(path);
     *strrchr(path, '/') = '\0';
-    rmdir(path);
+    cr_assert_eq(qlt_remove_tree(path), 0, "%s", qlt_error());
     free(path);
 }
 
@@ -189,28 +185,30 @@ Test(tokenizer, special_ids_and_invalid_utf8) {
     qlt_tokenizer_free(tok);
 }
 
-static char *run_cli(const char *args, const char *input) {
+/* Runs `qlora-train tokenize args` with input on stdin; returns its exit status and stdout+stderr in *out. */
+static int run_tokenize(const char *args, const char *input, char **out) {
     char *in_path = write_temp("in.txt", input, strlen(input));
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s tokenize %s < %s 2>&1", QLT_BINARY, args, in_path);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    char *out = calloc(1, 65536);
-    size_t n = fread(out, 1, 65535, p);
-    out[n] = '\0';
-    pclose(p);
+    snprintf(cmd, sizeof cmd, "tokenize %s < %s", args, in_path);
+    int status = test_run_cli(NULL, cmd, out);
     remove_temp(in_path);
-    return out;
+    return status;
 }
 
 Test(tokenizer, cli_encode_and_decode) {
-    char *out = run_cli("--tokenizer " TOK_QWEN2STYLE "/tokenizer.json", "\"Hello world\"\n\"a<|endoftext|>b\"\n");
+    char *out;
+    int status =
+        run_tokenize("--tokenizer " TOK_QWEN2STYLE "/tokenizer.json", "\"Hello world\"\n\"a<|endoftext|>b\"\n", &out);
     cr_assert_str_eq(out, "[39,422,323,2025,1734]\n[64,3000,65]\n");
+    cr_assert_eq(status, 0);
     free(out);
-    out = run_cli("--tokenizer " TOK_QWEN2STYLE "/tokenizer.json --decode", "[39,422,323,2025,1734]\n[64,3000,65]\n");
+    status = run_tokenize("--tokenizer " TOK_QWEN2STYLE "/tokenizer.json --decode",
+                          "[39,422,323,2025,1734]\n[64,3000,65]\n", &out);
     cr_assert_str_eq(out, "\"Hello world\"\n\"a<|endoftext|>b\"\n");
+    cr_assert_eq(status, 0);
     free(out);
-    out = run_cli("--tokenizer " TOK_QWEN2STYLE "/tokenizer.json", "\"ok\"\nnot json\n");
+    status = run_tokenize("--tokenizer " TOK_QWEN2STYLE "/tokenizer.json", "\"ok\"\nnot json\n", &out);
     cr_assert(strstr(out, "stdin line 2"), "%s", out);
+    cr_assert_neq(status, 0, "%s", out);
     free(out);
 }

@@ -19,31 +19,6 @@ typedef struct fixture_case {
     char model[32];
 } fixture_case;
 
-/* Writes the golden batch of a fixture as a `tokens` JSONL file; returns batch and seq. */
-static void write_golden_tokens(const char *model, const char *path, int *batch, int *seq) {
-    char *gpath = test_fixture_path(model, "golden.safetensors");
-    qlt_st_file g;
-    cr_assert_eq(qlt_st_open(&g, gpath), 0, "%s", qlt_error());
-    int32_t *ids = test_read_i32(&g, "input_ids", NULL), *labels = test_read_i32(&g, "labels", NULL);
-    const qlt_st_tensor *t = qlt_st_find(&g, "input_ids");
-    *batch = (int)t->shape[0];
-    *seq = (int)t->shape[1];
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    for (int b = 0; b < *batch; b++) {
-        fprintf(f, "{\"input_ids\": [");
-        for (int s = 0; s < *seq; s++) fprintf(f, "%s%d", s ? ", " : "", ids[b * *seq + s]);
-        fprintf(f, "], \"labels\": [");
-        for (int s = 0; s < *seq; s++) fprintf(f, "%s%d", s ? ", " : "", labels[b * *seq + s]);
-        fprintf(f, "]}\n");
-    }
-    fclose(f);
-    free(ids);
-    free(labels);
-    qlt_st_close(&g);
-    free(gpath);
-}
-
 static void set(qlt_config *cfg, const char *assignment) {
     cr_assert_eq(qlt_config_set(cfg, assignment), 0, "--set %s: %s", assignment, qlt_error());
 }
@@ -109,7 +84,7 @@ ParameterizedTest(fixture_case *c, train, golden_three_steps) {
     char *tmp = test_tmpdir();
     char *tokens = qlt_path_join(tmp, "golden.jsonl"), *out = qlt_path_join(tmp, "run");
     int batch, seq;
-    write_golden_tokens(c->model, tokens, &batch, &seq);
+    test_write_golden_tokens(c->model, tokens, &batch, &seq);
     qlt_config cfg;
     golden_config(&cfg, c->model, tokens, out, seq);
     char *gpath = test_fixture_path(c->model, "golden.safetensors");
@@ -181,8 +156,8 @@ ParameterizedTest(fixture_case *c, train, golden_three_steps) {
 Test(train, grad_accum_matches_full_batch) {
     char *tmp = test_tmpdir();
     char *tokens = qlt_path_join(tmp, "golden.jsonl"), *out = qlt_path_join(tmp, "run");
-    int batch, seq;
-    write_golden_tokens("tiny-llama", tokens, &batch, &seq);
+    int seq;
+    test_write_golden_tokens("tiny-llama", tokens, NULL, &seq);
     char *gpath = test_fixture_path("tiny-llama", "golden.safetensors");
     qlt_st_file g;
     cr_assert_eq(qlt_st_open(&g, gpath), 0);
@@ -197,19 +172,9 @@ Test(train, grad_accum_matches_full_batch) {
         qlt_step_metrics m;
         cr_assert_eq(qlt_trainer_step(&t, &m), 0, "%s", qlt_error());
         cr_expect(fabs(m.loss - losses[0]) <= 1e-5 * losses[0], "accum %d: loss %.8f vs %.8f", accum, m.loss, losses[0]);
-        char name[256], gname[300];
-        for (int l = 0; l < t.lora.n_layers; l++)
-            for (int p = 0; p < QLT_PROJ_COUNT; p++)
-                for (int which = 0; which < 2; which++) {
-                    const qlt_lora_slot *s = &t.lora.slots[l][p];
-                    qlt_lora_tensor_name(name, sizeof name, l, p, which ? 'B' : 'A');
-                    snprintf(gname, sizeof gname, "grad.%s", name);
-                    int64_t numel;
-                    float *ref = test_read_f32(&g, gname, &numel);
-                    double err = test_rel_err(t.lora.grads + s->offset_a + (which ? (int64_t)t.lora.r * s->in : 0), ref, numel);
-                    cr_expect(err <= 1e-4, "accum %d %s: rel err %.3g", accum, gname, err);
-                    free(ref);
-                }
+        char what[32];
+        snprintf(what, sizeof what, "accum %d ", accum);
+        test_check_lora_grads(&t.lora, &g, 1e-4, what);
         qlt_trainer_free(&t);
         qlt_config_free(&cfg);
     }
@@ -327,8 +292,8 @@ Test(train, resume_is_exact) {
 Test(train, layer_checkpointing_is_exact) {
     char *tmp = test_tmpdir();
     char *tokens = qlt_path_join(tmp, "golden.jsonl"), *out = qlt_path_join(tmp, "run");
-    int batch, seq;
-    write_golden_tokens("tiny-qwen3", tokens, &batch, &seq);
+    int seq;
+    test_write_golden_tokens("tiny-qwen3", tokens, NULL, &seq);
     float *grads[2] = {NULL, NULL};
     double loss[2];
     int64_t n_params = 0;

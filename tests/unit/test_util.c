@@ -40,6 +40,42 @@ float *test_read_f32(const qlt_st_file *f, const char *name, int64_t *numel) {
     return out;
 }
 
+void test_golden_batch(const char *name, int32_t **ids, int32_t **labels, int *batch, int *seq) {
+    char *gpath = test_fixture_path(name, "golden.safetensors");
+    qlt_st_file g;
+    cr_assert_eq(qlt_st_open(&g, gpath), 0, "%s", qlt_error());
+    const qlt_st_tensor *ti = qlt_st_find(&g, "input_ids"), *tl = qlt_st_find(&g, "labels");
+    cr_assert(ti && tl, "%s: golden input_ids / labels missing", gpath);
+    cr_assert_eq(ti->ndim, 2, "%s: input_ids is not [batch, seq]", gpath);
+    cr_assert_eq(tl->numel, ti->numel, "%s: labels and input_ids differ in size", gpath);
+    if (ids) *ids = test_read_i32(&g, "input_ids", NULL);
+    if (labels) *labels = test_read_i32(&g, "labels", NULL);
+    if (batch) *batch = (int)ti->shape[0];
+    if (seq) *seq = (int)ti->shape[1];
+    qlt_st_close(&g);
+    free(gpath);
+}
+
+void test_write_golden_tokens(const char *name, const char *path, int *batch, int *seq) {
+    int32_t *ids, *labels;
+    int b_n, s_n;
+    test_golden_batch(name, &ids, &labels, &b_n, &s_n);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write %s", path);
+    for (int b = 0; b < b_n; b++) {
+        fprintf(f, "{\"input_ids\": [");
+        for (int s = 0; s < s_n; s++) fprintf(f, "%s%d", s ? ", " : "", ids[b * s_n + s]);
+        fprintf(f, "], \"labels\": [");
+        for (int s = 0; s < s_n; s++) fprintf(f, "%s%d", s ? ", " : "", labels[b * s_n + s]);
+        fprintf(f, "]}\n");
+    }
+    fclose(f);
+    free(ids);
+    free(labels);
+    if (batch) *batch = b_n;
+    if (seq) *seq = s_n;
+}
+
 double test_rel_err(const float *a, const float *ref, int64_t n) {
     double err = 0, scale = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -51,15 +87,42 @@ double test_rel_err(const float *a, const float *ref, int64_t n) {
     return scale > 0 ? err / scale : err;
 }
 
+void test_check_lora_grads(const qlt_lora *lora, const qlt_st_file *golden, double tol, const char *what) {
+    char name[256], gname[300];
+    int checked = 0;
+    for (int l = 0; l < lora->n_layers; l++) {
+        for (int p = 0; p < QLT_PROJ_COUNT; p++) {
+            const qlt_lora_slot *s = &lora->slots[l][p];
+            cr_assert(s->active, "%slayer %d projection %d has no adapter", what, l, p);
+            for (int which = 0; which < 2; which++) {
+                qlt_lora_tensor_name(name, sizeof name, l, p, which ? 'B' : 'A');
+                snprintf(gname, sizeof gname, "grad.%s", name);
+                int64_t numel;
+                float *ref = test_read_f32(golden, gname, &numel);
+                const float *got = lora->grads + s->offset_a + (which ? (int64_t)lora->r * s->in : 0);
+                cr_assert_eq(numel, which ? s->out * lora->r : lora->r * s->in, "%s%s: numel %lld", what, gname,
+                             (long long)numel);
+                double err = test_rel_err(got, ref, numel);
+                if (getenv("QLT_TEST_VERBOSE")) fprintf(stderr, "%s%s err %.3g\n", what, gname, err);
+                cr_expect(err <= tol, "%s%s: max rel err %.3g", what, gname, err);
+                free(ref);
+                checked++;
+            }
+        }
+    }
+    cr_assert_eq(checked, lora->n_layers * QLT_PROJ_COUNT * 2);
+}
+
 char *test_tmpdir(void) {
     char *p = qlt_xstrdup("/tmp/qlt-test-XXXXXX");
     cr_assert(mkdtemp(p), "mkdtemp failed");
     return p;
 }
 
-int test_run_cli(const char *args, char **output) {
+int test_run_cli(const char *cwd, const char *args, char **output) {
     char *cmd = NULL;
-    if (asprintf(&cmd, "%s %s 2>&1", QLT_BINARY, args) < 0) abort();
+    if (asprintf(&cmd, "%s%s%s%s %s 2>&1", cwd ? "cd '" : "", cwd ? cwd : "", cwd ? "' && " : "", QLT_BINARY, args) < 0)
+        abort();
     FILE *p = popen(cmd, "r");
     cr_assert(p, "popen failed");
     size_t cap = 4096, n = 0;
@@ -77,9 +140,11 @@ int test_run_cli(const char *args, char **output) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
-void test_write_text(const char *path, const char *text) {
+void test_write_bytes(const char *path, const void *data, size_t len) {
     FILE *f = fopen(path, "wb");
     cr_assert(f, "cannot write %s", path);
-    fputs(text, f);
-    fclose(f);
+    cr_assert_eq(fwrite(data, 1, len, f), len, "short write to %s", path);
+    cr_assert_eq(fclose(f), 0, "cannot write %s", path);
 }
+
+void test_write_text(const char *path, const char *text) { test_write_bytes(path, text, strlen(text)); }

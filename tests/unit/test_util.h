@@ -1,11 +1,13 @@
-/* test_util.h: shared helpers for the Criterion tests: fixture paths, golden tensors, error metrics,
- * temporary directories and running the built CLI. */
+/* test_util.h: shared helpers for the Criterion tests: fixture paths, golden tensors and the golden batch,
+ * error metrics, the LoRA-gradient check, temporary directories, writing files and running the built CLI. */
 #ifndef QLT_TEST_UTIL_H
 #define QLT_TEST_UTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "io/safetensors.h"
+#include "model/lora.h"
 
 /* QLT_TEST_DATA "/fixtures/<name>" (static buffer per call site is not needed: heap, caller frees) */
 char *test_fixture_path(const char *name, const char *file);
@@ -13,12 +15,26 @@ char *test_fixture_path(const char *name, const char *file);
 int32_t *test_read_i32(const qlt_st_file *f, const char *name, int64_t *numel);
 /* Reads a float tensor as float32 (heap). */
 float *test_read_f32(const qlt_st_file *f, const char *name, int64_t *numel);
+/* The golden batch of fixture `name` (golden.safetensors: input_ids and labels, both I64 [batch, seq]):
+ * *ids and *labels get int32 [batch * seq], row-major (heap, caller frees; pass NULL for one not wanted);
+ * *batch and *seq the shape (either may be NULL). */
+void test_golden_batch(const char *name, int32_t **ids, int32_t **labels, int *batch, int *seq);
+/* Writes the golden batch of fixture `name` to path as a data.format=tokens JSONL file: one line a row,
+ * {"input_ids": [seq ints], "labels": [seq ints]}; returns its shape in *batch, *seq (either may be NULL). */
+void test_write_golden_tokens(const char *name, const char *path, int *batch, int *seq);
 /* max |a - ref| / max |ref| (NaN-safe: returns INFINITY on NaN). */
 double test_rel_err(const float *a, const float *ref, int64_t n);
+/* Checks every LoRA gradient of `lora` (A [r, in] and B [out, r] of every layer and projection; every slot
+ * must be active) against the golden's grad.<PEFT tensor name>, which must have the same numel: expects
+ * max |err| <= tol * max |golden| per tensor. `what` prefixes the failure messages (may be ""). */
+void test_check_lora_grads(const qlt_lora *lora, const qlt_st_file *golden, double tol, const char *what);
 /* mkdtemp under /tmp; heap path. */
 char *test_tmpdir(void);
-/* Runs QLT_BINARY with args through sh; captures stdout+stderr into *output (heap); returns exit status. */
-int test_run_cli(const char *args, char **output);
+/* Runs QLT_BINARY with args through sh (so args may hold redirections), in directory cwd when not NULL;
+ * captures stdout+stderr into *output (heap; NULL: discarded); returns the exit status (128 if killed). */
+int test_run_cli(const char *cwd, const char *args, char **output);
+/* Writes len bytes of data to path (test setup; data may hold NULs). */
+void test_write_bytes(const char *path, const void *data, size_t len);
 /* Writes text to path (test setup). */
 void test_write_text(const char *path, const char *text);
 
