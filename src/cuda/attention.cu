@@ -230,9 +230,9 @@ static __global__ void attn_bwd_dot_kernel(float *dsum, const bf16 *dout, const 
 /* dK, dV for one key tile of 64 (4 warps x 16 keys), one batch row, and either one kv head (PER_HEAD false:
  * the streamed tiles are (query head of the group, query tile) pairs, flattened so the pipeline runs across
  * heads; bf16 dK/dV out) or one query head (PER_HEAD true: blockIdx.y is the query head, so a GQA group's
- * heads run in parallel CTAs; fp32 per-head partials out, summed per group by attn_group_sum_kernel). */
+ * heads run in parallel CTAs; bf16 per-head partials out, summed per group by attn_group_sum_kernel). */
 template <int HD, int STAGES, bool PER_HEAD>
-static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, float *pdk, float *pdv,
+static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, bf16 *pdk, bf16 *pdv,
                                                                            const bf16 *dout,
                                                                            const float *lse, const float *dsum,
                                                                            const bf16 *q, const bf16 *k, const bf16 *v,
@@ -359,11 +359,11 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
         const int kj = hf ? key_b : key_a;
         if (kj >= seq) continue;
         if (PER_HEAD) {
-            float *pkr = pdk + (row_base + kj) * qs + (int64_t)head0 * HD, *pvr = pdv + (row_base + kj) * qs + (int64_t)head0 * HD;
+            bf16 *pkr = pdk + (row_base + kj) * qs + (int64_t)head0 * HD, *pvr = pdv + (row_base + kj) * qs + (int64_t)head0 * HD;
 #pragma unroll
             for (int dt = 0; dt < HD / 8; dt++) {
-                *(float2 *)(pkr + dt * 8 + 2 * t) = make_float2(dka[dt][2 * hf] * scale, dka[dt][2 * hf + 1] * scale);
-                *(float2 *)(pvr + dt * 8 + 2 * t) = make_float2(dva[dt][2 * hf], dva[dt][2 * hf + 1]);
+                *(uint32_t *)(pkr + dt * 8 + 2 * t) = pack_bf16(dka[dt][2 * hf] * scale, dka[dt][2 * hf + 1] * scale);
+                *(uint32_t *)(pvr + dt * 8 + 2 * t) = pack_bf16(dva[dt][2 * hf], dva[dt][2 * hf + 1]);
             }
             continue;
         }
@@ -540,9 +540,9 @@ void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *
     }
 }
 
-/* dk / dv [rows, n_kv, hd] (bf16) = sum over each GQA group's query heads of the fp32 partials
+/* dk / dv [rows, n_kv, hd] (bf16) = fp32 sum over each GQA group's query heads of the bf16 partials
  * [rows, n_heads, hd], in head order (deterministic). */
-static __global__ void attn_group_sum_kernel(bf16 *dk, bf16 *dv, const float *pdk, const float *pdv, int64_t rows,
+static __global__ void attn_group_sum_kernel(bf16 *dk, bf16 *dv, const bf16 *pdk, const bf16 *pdv, int64_t rows,
                                              int n_heads, int n_kv, int hd) {
     const int group = n_heads / n_kv;
     const int64_t total = rows * n_kv * hd;
@@ -552,23 +552,24 @@ static __global__ void attn_group_sum_kernel(bf16 *dk, bf16 *dv, const float *pd
         const int64_t base = row * (int64_t)n_heads * hd + (int64_t)kvh * group * hd + e;
         float sk = 0.0f, sv = 0.0f;
         for (int j = 0; j < group; j++) {
-            sk += pdk[base + (int64_t)j * hd];
-            sv += pdv[base + (int64_t)j * hd];
+            sk += __bfloat162float(pdk[base + (int64_t)j * hd]);
+            sv += __bfloat162float(pdv[base + (int64_t)j * hd]);
         }
         dk[i] = __float2bfloat16(sk);
         dv[i] = __float2bfloat16(sv);
     }
 }
 
-/* The CUDA backward's scratch, 256-byte aligned parts: D [N, n_heads] float; with GQA the fp32 per-head
- * dK and dV partials [N, n_heads, hd] each; for the head dims of the one-pass backward its fp32 dQ
+/* The CUDA backward's scratch, 256-byte aligned parts: D [N, n_heads] float; with GQA the bf16 per-head
+ * dK and dV partials [N, n_heads, hd] each (rounded per head, then summed, as autograd does for Hugging
+ * Face's repeat_kv); for the head dims of the one-pass backward its fp32 dQ
  * accumulator [N, n_heads, hd]. */
 static size_t attn_partials_offset(int64_t n, int n_heads) {
     return ((size_t)n * (size_t)n_heads * sizeof(float) + 255) & ~(size_t)255;
 }
 
 static size_t attn_partials_bytes(int64_t n, int n_heads, int n_kv_heads, int head_dim) {
-    return n_heads == n_kv_heads ? 0 : 2 * sizeof(float) * (size_t)n * (size_t)n_heads * (size_t)head_dim;
+    return n_heads == n_kv_heads ? 0 : 2 * sizeof(bf16) * (size_t)n * (size_t)n_heads * (size_t)head_dim;
 }
 
 size_t qlt_cuda_attention_bwd_scratch_bytes(qlt_backend *be, int64_t n, int n_heads, int n_kv_heads, int head_dim) {
@@ -591,8 +592,8 @@ static void attn_bwd_launch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float 
                                                                                   k, v, seg, seq, n_heads, n_kv, scale);
     } else { /* GQA: one CTA per query head (group x more CTAs), partials summed per group */
         const int64_t rows = (int64_t)batch * seq;
-        float *pdk = (float *)((char *)dsum + attn_partials_offset(rows, n_heads));
-        float *pdv = pdk + rows * n_heads * HD;
+        bf16 *pdk = (bf16 *)((char *)dsum + attn_partials_offset(rows, n_heads));
+        bf16 *pdv = pdk + rows * n_heads * HD;
         attn_smem_attr(attn_bwd_dkdv_kernel<HD, STAGES, true>, kv_smem, &attr_kv_head);
         dim3 gkv((seq + 63) / 64, n_heads, batch);
         attn_bwd_dkdv_kernel<HD, STAGES, true><<<gkv, ATT_THREADS, kv_smem, s>>>(dk, dv, pdk, pdv, dout, lse, dsum, q, k,
@@ -633,7 +634,7 @@ void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float
     if (qlt_attn_bwd_fused_supported(head_dim) && !be->deterministic) {
         const int64_t n = (int64_t)batch * seq;
         char *part = (char *)scratch + attn_partials_offset(n, n_heads);
-        float *pdk = (float *)part, *pdv = pdk + n * n_heads * head_dim;
+        bf16 *pdk = (bf16 *)part, *pdv = pdk + n * n_heads * head_dim;
         float *acc = (float *)(part + attn_partials_bytes(n, n_heads, n_kv_heads, head_dim));
         qlt_attn_bwd_fused(s, a, bk, c, acc, pdk, pdv, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads,
                            n_kv_heads, head_dim, scale);

@@ -15,8 +15,9 @@
  *      both rounded to bf16 into shared memory [128][64 + 8]
  *   3. dV += P^T dO, dK += dS^T Q              [128 keys x HD], k = 64 queries; warp: 32 keys x HD/2
  *   4. dQ_acc += dS K                           [64 queries x HD], k = 128 keys; warp: 32 queries x HD/4
- * With GQA each query head's dK / dV are written as fp32 partials [B*S, n_heads, HD] that attention.cu sums
- * per group (deterministically); without GQA they are written as bf16 directly. */
+ * With GQA each query head's dK / dV are written as bf16 partials [B*S, n_heads, HD] that attention.cu sums
+ * per group in fp32 (deterministically; as autograd sums the bf16 gradients of Hugging Face's repeat_kv);
+ * without GQA they are written as bf16 directly. */
 #include "cuda/attention_bwd_fused.h"
 #include "cuda/attention_tiles.h"
 
@@ -43,7 +44,7 @@ static __device__ __forceinline__ void red_add2(float *p, float a, float b) {
 
 template <int HD, bool PER_HEAD>
 static __global__ void __launch_bounds__(FUSED_THREADS, 1)
-    attn_bwd_fused_kernel(float *dq_acc, bf16 *dk, bf16 *dv, float *pdk, float *pdv, const bf16 *dout,
+    attn_bwd_fused_kernel(float *dq_acc, bf16 *dk, bf16 *dv, bf16 *pdk, bf16 *pdv, const bf16 *dout,
                           const float *lse, const float *dsum, const bf16 *q, const bf16 *k, const bf16 *v,
                           const int32_t *seg_start, int seq, int n_heads, int n_kv, float scale) {
     using C = fused_cfg<HD>;
@@ -247,12 +248,12 @@ static __global__ void __launch_bounds__(FUSED_THREADS, 1)
             const int kj = n0 + kr0 + mi * 16 + g + hf * 8;
             if (kj >= seq) continue;
             if (PER_HEAD) {
-                float *pk = pdk + (row_base + kj) * qs + (int64_t)h * HD + hc0 + 2 * t;
-                float *pv = pdv + (row_base + kj) * qs + (int64_t)h * HD + hc0 + 2 * t;
+                bf16 *pk = pdk + (row_base + kj) * qs + (int64_t)h * HD + hc0 + 2 * t;
+                bf16 *pv = pdv + (row_base + kj) * qs + (int64_t)h * HD + hc0 + 2 * t;
 #pragma unroll
                 for (int nt = 0; nt < NH; nt++) {
-                    *(float2 *)(pk + nt * 8) = make_float2(dka[mi][nt][2 * hf] * scale, dka[mi][nt][2 * hf + 1] * scale);
-                    *(float2 *)(pv + nt * 8) = make_float2(dva[mi][nt][2 * hf], dva[mi][nt][2 * hf + 1]);
+                    *(uint32_t *)(pk + nt * 8) = pack_bf16(dka[mi][nt][2 * hf] * scale, dka[mi][nt][2 * hf + 1] * scale);
+                    *(uint32_t *)(pv + nt * 8) = pack_bf16(dva[mi][nt][2 * hf], dva[mi][nt][2 * hf + 1]);
                 }
             } else {
                 bf16 *kr = dk + (row_base + kj) * ks + (int64_t)kvh * HD + hc0 + 2 * t;
@@ -284,7 +285,7 @@ size_t qlt_attn_bwd_fused_acc_bytes(int64_t n, int n_heads, int head_dim) {
 }
 
 template <int HD>
-static void fused_launch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float *dq_acc, float *pdk, float *pdv,
+static void fused_launch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float *dq_acc, bf16 *pdk, bf16 *pdv,
                          const float *dsum, const bf16 *dout, const float *lse, const bf16 *q, const bf16 *k,
                          const bf16 *v, const int32_t *seg, int batch, int seq, int n_heads, int n_kv, float scale) {
     static bool attr_mha = false, attr_gqa = false;
@@ -307,7 +308,7 @@ static void fused_launch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float *dq
     CUDA_CHECK_LAUNCH();
 }
 
-void qlt_attn_bwd_fused(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float *dq_acc, float *pdk, float *pdv,
+void qlt_attn_bwd_fused(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float *dq_acc, bf16 *pdk, bf16 *pdv,
                         const float *dsum, const bf16 *dout, const float *lse, const bf16 *q, const bf16 *k,
                         const bf16 *v, const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv,
                         int head_dim, float scale) {
