@@ -7,16 +7,18 @@
  * h / (n_heads / n_kv). Tiles live in shared memory row-major with rows padded by 8 bf16 (16 bytes),
  * which makes both the 32-bit fragment loads and ldmatrix conflict-free.
  *
- * Forward   (grid: query tiles of 64 x heads x batch; 4 warps x 16 query rows): Q fragments stay in
- *           registers; for each key tile of 64 from the tile's smallest seg_start (whole tiles before
- *           it are skipped) to its last query: S = Q K^T, mask, online softmax (exp2, running max and
- *           sum per row), O += P V with P reused from the S accumulators as the A operand.
+ * Forward   (grid: heads x batch x query tiles of 128, longest tiles first; 4 warps x 32 query rows, so
+ *           each K / V fragment read from shared memory feeds two m16 row tiles): Q stays in shared
+ *           memory; for each key tile of 64 from the tile's smallest seg_start (whole tiles before it are
+ *           skipped) to its last query: S = Q K^T, mask, online softmax (exp2, running max and sum per
+ *           row), O += P V with P reused from the S accumulators as the A operand.
  * Backward  D = rowsum(dO * O) (one warp per row) into the caller's scratch, then either the one-pass
  *           backward of attention_bwd_fused.cu (head_dim 64 and 128: dQ accumulated with fp32 atomics,
  *           so its last bits depend on the CTA order) or, with be->deterministic (train.deterministic)
- *           or other head dims, two kernels with no atomics (deterministic): dK/dV (grid: key tiles of 64 x kv heads x
- *           batch; each warp owns 16 keys and accumulates over every query head of its group and every
- *           query tile that can see it) and dQ (grid like the forward; recomputes P and dP per key tile).
+ *           or other head dims, two kernels with no atomics (deterministic): dK/dV (grid: kv heads, or
+ *           query heads with GQA, x batch x key tiles of 64; each warp owns 16 keys and accumulates over
+ *           the query tiles that can see it) and dQ (grid like the forward; recomputes P and dP per key
+ *           tile).
  *
  * The mma / ldmatrix / cp.async helpers and the fragment layouts are in attention_tiles.h. B from a
  * row-major [n][k] tile (K for S = Q K^T) is ldb_pair; B from a row-major [k][n] tile (V for O = P V)
@@ -33,28 +35,47 @@ template <int HD> struct att_cfg {
     static constexpr int LD = HD + 8;
     static constexpr int BM_KV = HD >= 128 ? 32 : 64; /* query tile of the dK/dV kernel */
     static constexpr int BN_Q = HD >= 128 ? 32 : 64;  /* key tile of the dQ kernel */
-    static constexpr size_t fwd_smem = (size_t)4 * 64 * LD * sizeof(bf16);
+    static constexpr int FWD_BM = 128;                /* query tile of the forward: 4 warps x 32 rows */
+    static constexpr size_t fwd_smem = (size_t)(FWD_BM + 4 * 64) * LD * sizeof(bf16); /* Q, K / V x 2 */
     static constexpr size_t dq_smem = (size_t)4 * BN_Q * LD * sizeof(bf16);
     static constexpr size_t kv_smem = (size_t)(2 * 64 + 4 * BM_KV) * LD * sizeof(bf16) + 6 * BM_KV * sizeof(float);
 };
 
-/* acc [16 x HD] += C [16 x K] . X [K x HD]: C given as the fp32 accumulators of K/8 n8 tiles (rounded to
- * bf16 here and reused as the A operand), X a row-major [K][HD] smem tile (B read with ldmatrix.trans) */
-template <int HD, int K>
-static __device__ __forceinline__ void mma_acc_tile(float acc[HD / 8][4], const float c[K / 8][4], const bf16 *X,
-                                                    int lane) {
+/* acc [16 MT x HD] += C [16 MT x K] . X [K x HD] for MT m16 row tiles: C given as the fp32 accumulators of
+ * K/8 n8 tiles per row tile (rounded to bf16 here and reused as the A operand), X a row-major [K][HD] smem
+ * tile (B read with ldmatrix.trans once for every row tile) */
+template <int HD, int K, int MT>
+static __device__ __forceinline__ void mma_acc_tiles(float acc[MT][HD / 8][4], const float c[MT][K / 8][4],
+                                                     const bf16 *X, int lane) {
 #pragma unroll
     for (int j = 0; j < K / 16; j++) {
-        uint32_t a[4] = {pack_bf16(c[2 * j][0], c[2 * j][1]), pack_bf16(c[2 * j][2], c[2 * j][3]),
-                         pack_bf16(c[2 * j + 1][0], c[2 * j + 1][1]), pack_bf16(c[2 * j + 1][2], c[2 * j + 1][3])};
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++) {
+            a[mi][0] = pack_bf16(c[mi][2 * j][0], c[mi][2 * j][1]);
+            a[mi][1] = pack_bf16(c[mi][2 * j][2], c[mi][2 * j][3]);
+            a[mi][2] = pack_bf16(c[mi][2 * j + 1][0], c[mi][2 * j + 1][1]);
+            a[mi][3] = pack_bf16(c[mi][2 * j + 1][2], c[mi][2 * j + 1][3]);
+        }
 #pragma unroll
         for (int dt = 0; dt < HD / 8; dt += 2) {
             uint32_t bx[4];
             ldsm_x4_trans(bx, X, HD + 8, j * 16, dt * 8, lane);
-            mma16816(acc[dt], a, bx[0], bx[1]);
-            mma16816(acc[dt + 1], a, bx[2], bx[3]);
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) {
+                mma16816(acc[mi][dt], a[mi], bx[0], bx[1]);
+                mma16816(acc[mi][dt + 1], a[mi], bx[2], bx[3]);
+            }
         }
     }
+}
+
+/* one row tile: acc [16 x HD] += C [16 x K] . X [K x HD] */
+template <int HD, int K>
+static __device__ __forceinline__ void mma_acc_tile(float acc[HD / 8][4], const float c[K / 8][4], const bf16 *X,
+                                                    int lane) {
+    mma_acc_tiles<HD, K, 1>(reinterpret_cast<float(*)[HD / 8][4]>(acc), reinterpret_cast<const float(*)[K / 8][4]>(c), X,
+                            lane);
 }
 
 /* Streaming K / V tiles of BN rows through two buffers each ([2][BN * (HD + 8)]): kv_prologue starts the
@@ -94,17 +115,19 @@ static __device__ __forceinline__ int kv_stage(bf16 *Kbuf, bf16 *Vbuf, const bf1
 /* ================================ forward ================================ */
 
 template <int HD, int STAGES>
-static __global__ void __launch_bounds__(ATT_THREADS, 3) attn_fwd_kernel(bf16 *out, float *lse, const bf16 *q,
+static __global__ void __launch_bounds__(ATT_THREADS, 2) attn_fwd_kernel(bf16 *out, float *lse, const bf16 *q,
                                                                       const bf16 *k, const bf16 *v,
                                                                       const int32_t *seg_start, int seq, int n_heads,
                                                                       int n_kv, float scale) {
-    constexpr int BM = 64, BN = 64, LD = HD + 8, TILE = BN * LD;
+    constexpr int BM = att_cfg<HD>::FWD_BM, BN = 64, LD = HD + 8, TILE = BN * LD;
     extern __shared__ __align__(16) unsigned char att_smem[];
-    bf16 *Kbuf = (bf16 *)att_smem, *Vbuf = Kbuf + 2 * TILE; /* [2][TILE] each */
+    bf16 *Qs = (bf16 *)att_smem, *Kbuf = Qs + BM * LD, *Vbuf = Kbuf + 2 * TILE; /* Q [BM][LD]; K, V [2][TILE] */
     __shared__ int s_seg[BM];
 
-    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM; /* longest (last) query tiles first */
-    const int h = blockIdx.y, b = blockIdx.z;
+    /* grid (heads, batch, query tiles): CTAs start in linear-index order, so every head's longest (last)
+     * query tiles start first and the shortest fill the tail */
+    const int m0 = (gridDim.z - 1 - blockIdx.z) * BM;
+    const int h = blockIdx.x, b = blockIdx.y;
     const int kvh = h / (n_heads / n_kv);
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t qs = (int64_t)n_heads * HD, ks = (int64_t)n_kv * HD;
@@ -113,100 +136,121 @@ static __global__ void __launch_bounds__(ATT_THREADS, 3) attn_fwd_kernel(bf16 *o
     const bf16 *vb = v + (int64_t)b * seq * ks + (int64_t)kvh * HD;
     const int32_t *segb = seg_start + (int64_t)b * seq;
 
-    if (threadIdx.x < BM) s_seg[threadIdx.x] = m0 + (int)threadIdx.x < seq ? segb[m0 + threadIdx.x] : INT_MAX;
-    load_tile_async<HD, BM>(Kbuf, qb, qs, m0, seq); /* Q staged through the K buffers */
+    for (int i = threadIdx.x; i < BM; i += ATT_THREADS) s_seg[i] = m0 + i < seq ? segb[m0 + i] : INT_MAX;
+    load_tile_async<HD, BM>(Qs, qb, qs, m0, seq); /* its own group: landed with the first K / V tile */
     cp_async_commit();
-    cp_async_wait<0>();
     __syncthreads();
     const int minseg = warp_min_seg(s_seg, BM);
-    const int r0 = warp * 16;
-    uint32_t qa[HD / 16][4];
+    /* this warp's rows: m0 + r0 + 16 mi + 8 hf + g for row tiles mi and halves hf */
+    const int r0 = warp * 32;
+    int row[2][2], seg[2][2];
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) lda_frag(qa[kk], Kbuf, LD, r0, kk * 16, lane);
-    const int row_a = m0 + r0 + g, row_b = row_a + 8;
-    const int seg_a = s_seg[r0 + g], seg_b = s_seg[r0 + g + 8];
-    __syncthreads(); /* Q fragments read before the K buffers are refilled */
-    const int last = min(m0 + BM - 1, seq - 1);
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            row[mi][hf] = m0 + r0 + mi * 16 + hf * 8 + g;
+            seg[mi][hf] = s_seg[r0 + mi * 16 + hf * 8 + g];
+        }
+    const int last = min(m0 + BM - 1, seq - 1), warp_last = min(m0 + r0 + 31, seq - 1);
     const int n_begin = (minseg / BN) * BN;
     const float sl2 = scale * 1.4426950408889634f;
 
-    float o[HD / 8][4];
+    float o[2][HD / 8][4];
 #pragma unroll
-    for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) o[mi][i][0] = o[mi][i][1] = o[mi][i][2] = o[mi][i][3] = 0.0f;
+    float mrow[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}}, lrow[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
 
     kv_prologue<HD, BN, STAGES>(Kbuf, Vbuf, kb, vb, ks, n_begin, last, seq);
     int it = 0;
     for (int n0 = n_begin; n0 <= last; n0 += BN, it++) {
         const int cur = kv_stage<HD, BN, STAGES>(Kbuf, Vbuf, kb, vb, ks, n0, last, seq, it);
         const bf16 *Ks = Kbuf + cur * TILE, *Vs = Vbuf + cur * TILE;
-        float s[BN / 8][4];
+        if (n0 <= warp_last) { /* else every key of the tile is after this warp's rows (warp-uniform) */
+            float s[2][BN / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++)
+                for (int nt = 0; nt < BN / 8; nt++) s[mi][nt][0] = s[mi][nt][1] = s[mi][nt][2] = s[mi][nt][3] = 0.0f;
+            /* S = Q K^T: each K fragment feeds both row tiles */
 #pragma unroll
-            for (int nt = 0; nt < BN / 8; nt += 2) {
-                uint32_t kb2[4];
-                ldb_pair(kb2, Ks, LD, nt * 8, kk * 16, lane);
-                mma16816(s[nt], qa[kk], kb2[0], kb2[1]);
-                mma16816(s[nt + 1], qa[kk], kb2[2], kb2[3]);
-            }
-        /* mask unless every key of the tile is visible to both of this thread's rows */
-        if (!(n0 + BN - 1 <= row_a && n0 >= seg_a && n0 >= seg_b)) {
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t qa[2][4];
+                lda_frag(qa[0], Qs, LD, r0, kk * 16, lane);
+                lda_frag(qa[1], Qs, LD, r0 + 16, kk * 16, lane);
 #pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++)
+                for (int nt = 0; nt < BN / 8; nt += 2) {
+                    uint32_t kb2[4];
+                    ldb_pair(kb2, Ks, LD, nt * 8, kk * 16, lane);
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int j = n0 + nt * 8 + 2 * t + (e & 1);
-                    int i = e < 2 ? row_a : row_b, sg = e < 2 ? seg_a : seg_b;
-                    if (j > i || j < sg) s[nt][e] = -INFINITY;
+                    for (int mi = 0; mi < 2; mi++) {
+                        mma16816(s[mi][nt], qa[mi], kb2[0], kb2[1]);
+                        mma16816(s[mi][nt + 1], qa[mi], kb2[2], kb2[3]);
+                    }
                 }
-        }
-        /* online softmax, rows g (half 0) and g + 8 (half 1) */
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float mx = mrow[hf];
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mu = mx == -INFINITY ? 0.0f : mx * sl2;
-            const float alpha = fast_exp2(mrow[hf] * sl2 - mu); /* 0 when the old max was -inf */
-            mrow[hf] = mx;
-            float rs = 0.0f;
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++) {
-                float p0 = fast_exp2(s[nt][2 * hf] * sl2 - mu), p1 = fast_exp2(s[nt][2 * hf + 1] * sl2 - mu);
-                s[nt][2 * hf] = p0;
-                s[nt][2 * hf + 1] = p1;
-                rs += p0 + p1;
             }
-            lrow[hf] = lrow[hf] * alpha + rs;
 #pragma unroll
-            for (int dt = 0; dt < HD / 8; dt++) {
-                o[dt][2 * hf] *= alpha;
-                o[dt][2 * hf + 1] *= alpha;
+            for (int mi = 0; mi < 2; mi++) {
+                /* mask unless every key of the tile is visible to both of this thread's rows of the tile */
+                if (!(n0 + BN - 1 <= row[mi][0] && n0 >= seg[mi][0] && n0 >= seg[mi][1])) {
+#pragma unroll
+                    for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int j = n0 + nt * 8 + 2 * t + (e & 1);
+                            if (j > row[mi][e >> 1] || j < seg[mi][e >> 1]) s[mi][nt][e] = -INFINITY;
+                        }
+                }
+                /* online softmax, rows g (half 0) and g + 8 (half 1) of the row tile */
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    float mx = mrow[mi][hf];
+#pragma unroll
+                    for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(s[mi][nt][2 * hf], s[mi][nt][2 * hf + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float mu = mx == -INFINITY ? 0.0f : mx * sl2;
+                    const float alpha = fast_exp2(mrow[mi][hf] * sl2 - mu); /* 0 when the old max was -inf */
+                    mrow[mi][hf] = mx;
+                    float rs = 0.0f;
+#pragma unroll
+                    for (int nt = 0; nt < BN / 8; nt++) {
+                        const float p0 = fast_exp2(s[mi][nt][2 * hf] * sl2 - mu);
+                        const float p1 = fast_exp2(s[mi][nt][2 * hf + 1] * sl2 - mu);
+                        s[mi][nt][2 * hf] = p0;
+                        s[mi][nt][2 * hf + 1] = p1;
+                        rs += p0 + p1;
+                    }
+                    lrow[mi][hf] = lrow[mi][hf] * alpha + rs;
+#pragma unroll
+                    for (int dt = 0; dt < HD / 8; dt++) {
+                        o[mi][dt][2 * hf] *= alpha;
+                        o[mi][dt][2 * hf + 1] *= alpha;
+                    }
+                }
             }
+            mma_acc_tiles<HD, BN, 2>(o, s, Vs, lane); /* O += P V: each V fragment feeds both row tiles */
         }
-        mma_acc_tile<HD, BN>(o, s, Vs, lane); /* O += P V */
         __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
     }
     cp_async_wait<0>();
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        float l = lrow[hf];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int i = hf ? row_b : row_a;
-        if (i >= seq) continue;
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        bf16 *orow = out + ((int64_t)b * seq + i) * qs + (int64_t)h * HD;
+    for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-        for (int dt = 0; dt < HD / 8; dt++)
-            *(uint32_t *)(orow + dt * 8 + 2 * t) = pack_bf16(o[dt][2 * hf] * inv, o[dt][2 * hf + 1] * inv);
-        if (t == 0) lse[((int64_t)b * seq + i) * n_heads + h] = mrow[hf] * scale + logf(l);
-    }
+        for (int hf = 0; hf < 2; hf++) {
+            float l = lrow[mi][hf];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int i = row[mi][hf];
+            if (i >= seq) continue;
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            bf16 *orow = out + ((int64_t)b * seq + i) * qs + (int64_t)h * HD;
+#pragma unroll
+            for (int dt = 0; dt < HD / 8; dt++)
+                *(uint32_t *)(orow + dt * 8 + 2 * t) = pack_bf16(o[mi][dt][2 * hf] * inv, o[mi][dt][2 * hf + 1] * inv);
+            if (t == 0) lse[((int64_t)b * seq + i) * n_heads + h] = mrow[mi][hf] * scale + logf(l);
+        }
 }
 
 /* ================================ backward ================================ */
@@ -229,7 +273,7 @@ static __global__ void attn_bwd_dot_kernel(float *dsum, const bf16 *dout, const 
 
 /* dK, dV for one key tile of 64 (4 warps x 16 keys), one batch row, and either one kv head (PER_HEAD false:
  * the streamed tiles are (query head of the group, query tile) pairs, flattened so the pipeline runs across
- * heads; bf16 dK/dV out) or one query head (PER_HEAD true: blockIdx.y is the query head, so a GQA group's
+ * heads; bf16 dK/dV out) or one query head (PER_HEAD true: blockIdx.x is the query head, so a GQA group's
  * heads run in parallel CTAs; bf16 per-head partials out, summed per group by attn_group_sum_kernel). */
 template <int HD, int STAGES, bool PER_HEAD>
 static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, bf16 *pdk, bf16 *pdv,
@@ -244,10 +288,11 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dkdv_kernel(bf16 
     float *s_lse2 = (float *)(dObuf + 2 * QT), *s_D = s_lse2 + 2 * BM; /* [2][BM] each */
     int *s_seg = (int *)(s_D + 2 * BM);                                 /* [2][BM] */
 
-    const int n0 = blockIdx.x * BN; /* the first key tiles have the most queries: launched first */
-    const int b = blockIdx.z, group = n_heads / n_kv;
-    const int kvh = PER_HEAD ? (int)blockIdx.y / group : (int)blockIdx.y;
-    const int head0 = PER_HEAD ? (int)blockIdx.y : kvh * group, heads_here = PER_HEAD ? 1 : group;
+    /* grid (heads, batch, key tiles): the first key tiles have the most queries, and every head's start first */
+    const int n0 = blockIdx.z * BN;
+    const int b = blockIdx.y, group = n_heads / n_kv;
+    const int kvh = PER_HEAD ? (int)blockIdx.x / group : (int)blockIdx.x;
+    const int head0 = PER_HEAD ? (int)blockIdx.x : kvh * group, heads_here = PER_HEAD ? 1 : group;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t qs = (int64_t)n_heads * HD, ks = (int64_t)n_kv * HD;
     const int64_t row_base = (int64_t)b * seq;
@@ -389,8 +434,8 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dq_kernel(bf16 *d
     bf16 *Kbuf = (bf16 *)att_smem, *Vbuf = Kbuf + 2 * TILE; /* [2][TILE] each */
     __shared__ int s_seg[BM];
 
-    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
-    const int h = blockIdx.y, b = blockIdx.z;
+    const int m0 = (gridDim.z - 1 - blockIdx.z) * BM; /* grid (heads, batch, query tiles) as the forward's */
+    const int h = blockIdx.x, b = blockIdx.y;
     const int kvh = h / (n_heads / n_kv);
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t qs = (int64_t)n_heads * HD, ks = (int64_t)n_kv * HD;
@@ -510,7 +555,7 @@ static void attn_fwd_launch(cudaStream_t s, bf16 *out, float *lse, const bf16 *q
     static bool attr = false;
     const size_t smem = att_cfg<HD>::fwd_smem;
     attn_smem_attr(attn_fwd_kernel<HD, STAGES>, smem, &attr);
-    dim3 grid((seq + 63) / 64, n_heads, batch);
+    dim3 grid(n_heads, batch, (seq + att_cfg<HD>::FWD_BM - 1) / att_cfg<HD>::FWD_BM);
     attn_fwd_kernel<HD, STAGES><<<grid, ATT_THREADS, smem, s>>>(out, lse, q, k, v, seg, seq, n_heads, n_kv, scale);
     CUDA_CHECK_LAUNCH();
 }
@@ -587,7 +632,7 @@ static void attn_bwd_launch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float 
     attn_smem_attr(attn_bwd_dq_kernel<HD, STAGES>, q_smem, &attr_q);
     if (n_heads == n_kv) {
         attn_smem_attr(attn_bwd_dkdv_kernel<HD, STAGES, false>, kv_smem, &attr_kv);
-        dim3 gkv((seq + 63) / 64, n_kv, batch);
+        dim3 gkv(n_kv, batch, (seq + 63) / 64);
         attn_bwd_dkdv_kernel<HD, STAGES, false><<<gkv, ATT_THREADS, kv_smem, s>>>(dk, dv, NULL, NULL, dout, lse, dsum, q,
                                                                                   k, v, seg, seq, n_heads, n_kv, scale);
     } else { /* GQA: one CTA per query head (group x more CTAs), partials summed per group */
@@ -595,14 +640,14 @@ static void attn_bwd_launch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float 
         bf16 *pdk = (bf16 *)((char *)dsum + attn_partials_offset(rows, n_heads));
         bf16 *pdv = pdk + rows * n_heads * HD;
         attn_smem_attr(attn_bwd_dkdv_kernel<HD, STAGES, true>, kv_smem, &attr_kv_head);
-        dim3 gkv((seq + 63) / 64, n_heads, batch);
+        dim3 gkv(n_heads, batch, (seq + 63) / 64);
         attn_bwd_dkdv_kernel<HD, STAGES, true><<<gkv, ATT_THREADS, kv_smem, s>>>(dk, dv, pdk, pdv, dout, lse, dsum, q, k,
                                                                                  v, seg, seq, n_heads, n_kv, scale);
         CUDA_CHECK_LAUNCH();
         attn_group_sum_kernel<<<qlt_grid(rows * n_kv * HD, 256), 256, 0, s>>>(dk, dv, pdk, pdv, rows, n_heads, n_kv, HD);
     }
     CUDA_CHECK_LAUNCH();
-    dim3 gq((seq + 63) / 64, n_heads, batch);
+    dim3 gq(n_heads, batch, (seq + 63) / 64);
     attn_bwd_dq_kernel<HD, STAGES><<<gq, ATT_THREADS, q_smem, s>>>(dq, dout, lse, dsum, q, k, v, seg, seq, n_heads,
                                                                    n_kv, scale);
     CUDA_CHECK_LAUNCH();
