@@ -9,9 +9,9 @@
  *
  * CTA: 8 warps, one batch row, one query head, keys n0..n0+127 (K and V tiles resident in shared memory);
  * it streams the query tiles of 64 that can see those keys (causal: from n0 on), double-buffering Q, dO and
- * their per-query statistics (lse in log2 units, D = rowsum(dO * O), seg_start). Per query tile:
+ * their per-query statistics (lse, D = rowsum(dO * O), seg_start), all with cp.async. Per query tile:
  *   1. S^T = K Q^T, dP^T = V dO^T            [128 keys x 64 queries]; warp: 32 keys x 32 queries
- *   2. P^T = exp2(S^T * scale * log2e - lse2), masked (causal, packed segments); dS^T = P^T (dP^T - D);
+ *   2. P^T = exp2((S^T * scale - lse) * log2e), masked (causal, packed segments); dS^T = P^T (dP^T - D);
  *      both rounded to bf16 into shared memory [128][64 + 8]
  *   3. dV += P^T dO, dK += dS^T Q              [128 keys x HD], k = 64 queries; warp: 32 keys x HD/2
  *   4. dQ_acc += dS K                           [64 queries x HD], k = 128 keys; warp: 32 queries x HD/4
@@ -27,7 +27,7 @@ template <int HD> struct fused_cfg {
     static constexpr int BN = 128; /* keys of a CTA */
     static constexpr int BM = 64;  /* queries of a streamed tile */
     static constexpr int LD = HD + 8, LDP = BM + 8, QT = BM * LD;
-    /* K, V [BN][LD]; Q, dO [2][BM][LD]; P^T, dS^T [BN][LDP]; lse2, D, seg [2][BM] */
+    /* K, V [BN][LD]; Q, dO [2][BM][LD]; P^T, dS^T [BN][LDP]; lse, D, seg [2][BM] */
     static constexpr size_t smem =
         (size_t)(2 * BN * LD + 4 * QT + 2 * BN * LDP) * sizeof(bf16) + (size_t)6 * BM * sizeof(float);
 };
@@ -55,7 +55,7 @@ static __global__ void __launch_bounds__(FUSED_THREADS, 1)
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *Ks = (bf16 *)att_smem, *Vs = Ks + BN * LD, *Qbuf = Vs + BN * LD, *dObuf = Qbuf + 2 * QT;
     bf16 *Ps = dObuf + 2 * QT, *dSs = Ps + BN * LDP; /* P^T, dS^T: [BN keys][BM queries] */
-    float *s_lse2 = (float *)(dSs + BN * LDP), *s_D = s_lse2 + 2 * BM;
+    float *s_lse = (float *)(dSs + BN * LDP), *s_D = s_lse + 2 * BM;
     int *s_seg = (int *)(s_D + 2 * BM);
 
     /* grid (key tiles, heads, batch): the CTAs of one head run side by side and share its Q / dO tiles in L2
@@ -83,12 +83,15 @@ static __global__ void __launch_bounds__(FUSED_THREADS, 1)
         const int m0 = n0 + item * BM;
         load_tile_async<HD, BM, FUSED_THREADS>(Qbuf + buf * QT, q + row_base * qs + (int64_t)h * HD, qs, m0, seq);
         load_tile_async<HD, BM, FUSED_THREADS>(dObuf + buf * QT, dout + row_base * qs + (int64_t)h * HD, qs, m0, seq);
+        /* the per-query statistics asynchronously too (plain loads here stalled warps 0-1 every tile);
+         * zeros beyond seq, where the masks test the row index instead */
         for (int i = threadIdx.x; i < BM; i += FUSED_THREADS) {
             const int qi = m0 + i;
             const bool ok = qi < seq;
-            s_seg[buf * BM + i] = ok ? segb[qi] : INT_MAX;
-            s_lse2[buf * BM + i] = ok ? lse[(row_base + qi) * n_heads + h] * 1.4426950408889634f : 0.0f;
-            s_D[buf * BM + i] = ok ? dsum[(row_base + qi) * n_heads + h] : 0.0f;
+            const int64_t at = ok ? (row_base + qi) * n_heads + h : 0;
+            cp_async4(s_seg + buf * BM + i, segb + (ok ? qi : 0), ok);
+            cp_async4(s_lse + buf * BM + i, lse + at, ok);
+            cp_async4(s_D + buf * BM + i, dsum + at, ok);
         }
     };
     if (n_items > 0) issue(0, 0);
@@ -111,8 +114,9 @@ static __global__ void __launch_bounds__(FUSED_THREADS, 1)
         const int m0 = n0 + item * BM;
         const bf16 *Qs = Qbuf + cur * QT, *dOs = dObuf + cur * QT;
         const int *tseg = s_seg + cur * BM;
-        const float *tlse2 = s_lse2 + cur * BM, *tD = s_D + cur * BM;
-        if (warp_min_seg(tseg, BM) > n_last) continue; /* no query of the tile sees our keys (block-uniform) */
+        const float *tlse = s_lse + cur * BM, *tD = s_D + cur * BM;
+        /* no query of the tile sees our keys (block-uniform; rows beyond seq read 0, which never skips) */
+        if (warp_min_seg(tseg, BM) > n_last) continue;
 
         /* 1. S^T = K Q^T and dP^T = V dO^T: rows kr0.. (2 m16 tiles), columns qc0.. (4 n8 tiles) */
         float st[2][4][4], dpt[2][4][4];
@@ -156,10 +160,10 @@ static __global__ void __launch_bounds__(FUSED_THREADS, 1)
 #pragma unroll
         for (int c = 0; c < 8; c++) {
             const int ci = qc0 + (c >> 1) * 8 + 2 * t + (c & 1);
-            ql2[c] = tlse2[ci];
+            ql2[c] = tlse[ci] * 1.4426950408889634f;
             qd[c] = tD[ci];
         }
-        const bool full = n0 + BN - 1 <= m0 && warp_max_seg(tseg, BM) <= n0; /* tseg is INT_MAX beyond seq */
+        const bool full = n0 + BN - 1 <= m0 && m0 + BM <= seq && warp_max_seg(tseg, BM) <= n0;
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
@@ -170,7 +174,7 @@ static __global__ void __launch_bounds__(FUSED_THREADS, 1)
                     bool ok = full;
                     if (!full) {
                         const int kj = n0 + kr0 + mi * 16 + g + (e >> 1) * 8;
-                        ok = kj <= m0 + ci && kj >= tseg[ci];
+                        ok = kj <= m0 + ci && kj >= tseg[ci] && m0 + ci < seq;
                     }
                     const float p = ok ? fast_exp2(st[mi][nt][e] * sl2 - ql2[c]) : 0.0f;
                     st[mi][nt][e] = p;
@@ -207,7 +211,8 @@ static __global__ void __launch_bounds__(FUSED_THREADS, 1)
             }
         }
 
-        /* 4. dQ_acc += dS K: rows (queries) dr0.. (2 m16 tiles), columns dc0.. (NQ n8 tiles), k = keys */
+        /* 4. dQ_acc += dS K: rows (queries) dr0.. (2 m16 tiles), columns dc0.. (NQ n8 tiles), k = keys (after
+         * dK / dV: measured 4% faster than before them) */
         float dqa[2][NQ][4];
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)

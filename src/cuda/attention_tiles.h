@@ -71,6 +71,12 @@ static __device__ __forceinline__ void load_tile_async(bf16 *dst, const bf16 *sr
     }
 }
 
+/* 4 bytes global -> shared with cp.async (zero-filled when !ok; src must still be a valid address) */
+static __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool ok) {
+    uint32_t sa = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sa), "l"(src), "r"(ok ? 4 : 0));
+}
+
 static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> static __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
