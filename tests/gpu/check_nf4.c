@@ -124,6 +124,13 @@ void check_nf4_rcp(void) {
     cudaFree(d_out);
 }
 
+/* the CPU reference's dequantization of q into out (n elements of dtype: bf16, f16 or f32) */
+static void cpu_dequantize(const qlt_nf4 *q, void *out, qlt_dtype dtype) {
+    if (dtype == QLT_DTYPE_BF16) qlt_nf4_dequantize_bf16(q, out);
+    else if (dtype == QLT_DTYPE_F16) qlt_nf4_dequantize_f16(q, out);
+    else qlt_nf4_dequantize_f32(q, out);
+}
+
 /* ---- quantize / dequantize: GPU vs CPU ---- */
 
 typedef enum { DIST_NORMAL, DIST_HEAVY, DIST_ZERO_BLOCKS, DIST_TINY } dist;
@@ -186,9 +193,7 @@ static void quantize_case(const char *name, int64_t rows, int64_t cols, int bloc
             return;
         }
         CK(cudaMemcpy(hg, dout, (size_t)n * osz, cudaMemcpyDeviceToHost));
-        if (outs[k] == QLT_DTYPE_BF16) qlt_nf4_dequantize_bf16(&cpu, hc);
-        if (outs[k] == QLT_DTYPE_F16) qlt_nf4_dequantize_f16(&cpu, hc);
-        if (outs[k] == QLT_DTYPE_F32) qlt_nf4_dequantize_f32(&cpu, hc);
+        cpu_dequantize(&cpu, hc, outs[k]);
         snprintf(row, sizeof row, "%s dequant %s", name, qlt_dtype_name(outs[k]));
         gpu_check_row(row, shape, (double)count_diff(hg, hc, (size_t)n * osz), 0, "bytes differ");
     }
@@ -393,9 +398,7 @@ void check_nf4_bnb(void) {
         /* dequantizing bnb's state gives bnb's dequantized tensor, on the CPU and the GPU */
         size_t osz = qlt_dtype_size(deq->dtype);
         void *hc = malloc((size_t)n * 4), *hg = malloc((size_t)n * 4);
-        if (deq->dtype == QLT_DTYPE_BF16) qlt_nf4_dequantize_bf16(&ref, hc);
-        else if (deq->dtype == QLT_DTYPE_F16) qlt_nf4_dequantize_f16(&ref, hc);
-        else qlt_nf4_dequantize_f32(&ref, hc);
+        cpu_dequantize(&ref, hc, deq->dtype);
         snprintf(row, sizeof row, "bnb%d dequant CPU", c);
         gpu_check_row(row, shape, (double)count_diff(hc, deq->data, (size_t)n * osz), 0, "bytes differ");
         qlt_nf4 gref;
@@ -460,9 +463,7 @@ void check_nf4_bnb_ckpt(void) {
         }
         size_t osz = qlt_dtype_size(t->dtype);
         void *h = malloc(t->nbytes), *dout = dalloc(t->nbytes);
-        if (t->dtype == QLT_DTYPE_BF16) qlt_nf4_dequantize_bf16(&q, h);
-        else if (t->dtype == QLT_DTYPE_F16) qlt_nf4_dequantize_f16(&q, h);
-        else qlt_nf4_dequantize_f32(&q, h);
+        cpu_dequantize(&q, h, t->dtype);
         diff_cpu += count_diff(h, t->data, (size_t)q.numel * osz);
         if (qlt_cuda_nf4_upload(&g, &q) != 0 || qlt_cuda_nf4_dequantize(&g, dout, t->dtype, NULL) != 0) {
             gpu_check_fail("nf4_bnb_ckpt", qlt_error());
