@@ -11,7 +11,8 @@
  *   (out = beta*out + result, beta 0 or 1). Parameters' gradients always accumulate (+=).
  * - Ops never allocate and never synchronize with the host (so a CUDA step can be graph-captured);
  *   only alloc/free/upload/download/sync do.
- * - Packed examples: seg_start[t] is the index, inside t's row, of the first token of t's example.
+ * - Packed examples: seg_start[t] is the index, inside t's row, of the first token of t's example
+ *   (examples are contiguous, so seg_start never decreases along a row; kernels may rely on it).
  *   Token t may attend to key j of the same row iff seg_start[t] <= j <= t. */
 #ifndef QLT_BACKEND_H
 #define QLT_BACKEND_H

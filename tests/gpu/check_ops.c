@@ -998,66 +998,75 @@ void check_graph_capture(void) {
 
 /* ---- performance ---- */
 
-void check_perf(void) {
-    if (!gpu()) return;
-    gpu_rng r = {21};
-    /* attention fwd + bwd: batch 4, seq 2048, heads 28 / 4, head_dim 128 (Qwen2.5-7B) */
-    {
-        const int B = 4, S = 2048, H = 28, KV = 4, HD = 128;
-        int64_t n = (int64_t)B * S, qn = n * H * HD, kn = n * KV * HD;
-        float *h = hrand(&r, qn, 1.0f);
-        void *q = dbf16(h, qn), *k = dbf16(h, kn), *v = dbf16(h + kn, kn), *o = dalloc(2 * (size_t)qn);
-        void *dout = dbf16(h, qn), *dq = dalloc(2 * (size_t)qn), *dk = dalloc(2 * (size_t)kn),
-             *dv = dalloc(2 * (size_t)kn);
-        float *lse = dalloc(4 * (size_t)(n * H)), *scr = dalloc(G->attention_bwd_scratch_bytes(G, n, H, KV, HD));
-        int32_t *seg = calloc((size_t)n, sizeof(int32_t));
-        int32_t *dseg = di32(seg, n);
-        float scale = 1.0f / sqrtf((float)HD);
-        double flops_fwd = 4.0 * B * H * (double)S * S / 2 * HD, flops_bwd = 2.5 * flops_fwd;
-        for (int packed = 0; packed <= 1; packed++) {
-            if (packed) {
-                make_segments(seg, &r, B, S, 512);
-                G->upload(G, dseg, seg, sizeof(int32_t) * (size_t)n);
-            }
-            double tf = 0, tb = 0;
-            for (int it = 0; it < 12; it++) {
-                G->sync(G);
-                double t0 = now_s();
-                G->attention_fwd(G, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale);
-                G->sync(G);
-                double t1 = now_s();
-                G->attention_bwd(G, dq, dk, dv, scr, dout, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale);
-                G->sync(G);
-                double t2 = now_s();
-                if (it >= 2) tf += t1 - t0, tb += t2 - t1;
-            }
-            tf /= 10, tb /= 10;
-            const char *sh = packed ? "B4 S2048 H28/4 hd128 packed" : "B4 S2048 H28/4 hd128 causal";
-            gpu_check_perf("attention_fwd ms", sh, tf * 1e3, "ms");
-            gpu_check_perf("attention_bwd ms", sh, tb * 1e3, "ms");
-            if (!packed) {
-                gpu_check_perf("attention_fwd TFLOP/s", sh, flops_fwd / tf / 1e12, "TFLOP/s");
-                gpu_check_perf("attention_bwd TFLOP/s", sh, flops_bwd / tb / 1e12, "TFLOP/s");
-                gpu_check_perf("attention fwd+bwd TFLOP/s", sh, (flops_fwd + flops_bwd) / (tf + tb) / 1e12, "TFLOP/s");
-            }
+/* attention fwd + bwd timings at batch B, seq 2048, heads 28 / 4, head_dim 128 (Qwen2.5-7B): causal and
+ * packed (examples of up to 512 tokens), and the deterministic backward */
+static void perf_attention(gpu_rng *rp, int B) {
+    gpu_rng r = *rp;
+    const int S = 2048, H = 28, KV = 4, HD = 128;
+    int64_t n = (int64_t)B * S, qn = n * H * HD, kn = n * KV * HD;
+    float *h = hrand(&r, qn, 1.0f);
+    void *q = dbf16(h, qn), *k = dbf16(h, kn), *v = dbf16(h + kn, kn), *o = dalloc(2 * (size_t)qn);
+    void *dout = dbf16(h, qn), *dq = dalloc(2 * (size_t)qn), *dk = dalloc(2 * (size_t)kn),
+         *dv = dalloc(2 * (size_t)kn);
+    float *lse = dalloc(4 * (size_t)(n * H)), *scr = dalloc(G->attention_bwd_scratch_bytes(G, n, H, KV, HD));
+    int32_t *seg = calloc((size_t)n, sizeof(int32_t));
+    int32_t *dseg = di32(seg, n);
+    float scale = 1.0f / sqrtf((float)HD);
+    double flops_fwd = 4.0 * B * H * (double)S * S / 2 * HD, flops_bwd = 2.5 * flops_fwd;
+    for (int packed = 0; packed <= 1; packed++) {
+        if (packed) {
+            make_segments(seg, &r, B, S, 512);
+            G->upload(G, dseg, seg, sizeof(int32_t) * (size_t)n);
         }
-        /* the deterministic (two-kernel) backward, causal */
-        memset(seg, 0, sizeof(int32_t) * (size_t)n);
-        G->upload(G, dseg, seg, sizeof(int32_t) * (size_t)n);
-        G->deterministic = 1;
-        double tb = 0;
+        double tf = 0, tb = 0;
         for (int it = 0; it < 12; it++) {
+            G->sync(G);
+            double t0 = now_s();
+            G->attention_fwd(G, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale);
             G->sync(G);
             double t1 = now_s();
             G->attention_bwd(G, dq, dk, dv, scr, dout, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale);
             G->sync(G);
-            if (it >= 2) tb += now_s() - t1;
+            double t2 = now_s();
+            if (it >= 2) tf += t1 - t0, tb += t2 - t1;
         }
-        G->deterministic = 0;
-        gpu_check_perf("attention_bwd ms", "B4 S2048 H28/4 hd128 causal deterministic", tb / 10 * 1e3, "ms");
-        dfree_all();
-        free(h), free(seg);
+        tf /= 10, tb /= 10;
+        char sh[64];
+        snprintf(sh, sizeof sh, "B%d S2048 H28/4 hd128 %s", B, packed ? "packed" : "causal");
+        gpu_check_perf("attention_fwd ms", sh, tf * 1e3, "ms");
+        gpu_check_perf("attention_bwd ms", sh, tb * 1e3, "ms");
+        if (!packed) {
+            gpu_check_perf("attention_fwd TFLOP/s", sh, flops_fwd / tf / 1e12, "TFLOP/s");
+            gpu_check_perf("attention_bwd TFLOP/s", sh, flops_bwd / tb / 1e12, "TFLOP/s");
+            gpu_check_perf("attention fwd+bwd TFLOP/s", sh, (flops_fwd + flops_bwd) / (tf + tb) / 1e12, "TFLOP/s");
+        }
     }
+    /* the deterministic (two-kernel) backward, causal */
+    memset(seg, 0, sizeof(int32_t) * (size_t)n);
+    G->upload(G, dseg, seg, sizeof(int32_t) * (size_t)n);
+    G->deterministic = 1;
+    double tb = 0;
+    for (int it = 0; it < 12; it++) {
+        G->sync(G);
+        double t1 = now_s();
+        G->attention_bwd(G, dq, dk, dv, scr, dout, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale);
+        G->sync(G);
+        if (it >= 2) tb += now_s() - t1;
+    }
+    G->deterministic = 0;
+    char shd[64];
+    snprintf(shd, sizeof shd, "B%d S2048 H28/4 hd128 causal deterministic", B);
+    gpu_check_perf("attention_bwd ms", shd, tb / 10 * 1e3, "ms");
+    dfree_all();
+    free(h), free(seg);
+    *rp = r;
+}
+
+void check_perf(void) {
+    if (!gpu()) return;
+    gpu_rng r = {21};
+    perf_attention(&r, 4);
+    perf_attention(&r, 1);
     /* fused lm_head + CE: N 8192, V 151936, D 3584 */
     {
         const int64_t n = 8192, V = 151936, D = 3584;
