@@ -458,6 +458,19 @@ static void backward_linear(qlt_graph *g, const qlt_node *node) {
     int64_t n = node->u.linear.n, in = w[0]->cols;
     for (int j = 0; j < nl; j++) /* an adapter's output without a gradient would need a zero buffer */
         QLT_ASSERT(g->values[node->u.linear.outs[node->u.linear.stacked ? 0 : node->u.linear.lora_of[j]]].grad_ready);
+    if (k == 1 && nl == 1 && want_dx && node->u.linear.lora[0].dropout == 0 && be->linear_lora_bwd) {
+        /* one projection and its adapter in one op (the backend may fold the adapter into the GEMM) */
+        const qlt_lora_ref *l = &node->u.linear.lora[0];
+        float *scratch = qlt_graph_alloc(g, sizeof(float) * (size_t)(n * l->r));
+        TOUCH(scratch);
+        float beta = grad_beta(g, x);
+        qlt_lora_site site = lora_site(g, node, 0);
+        qlt_graph_phase(g, QLT_PHASE_BWD_GEMM);
+        if (RUN)
+            be->linear_lora_bwd(be, g->values[x].grad, beta, w[0], &site, scratch, node->u.linear.u,
+                                g->values[x].data, n, l->r, l->scale);
+        return;
+    }
     float beta = 0;
     if (want_dx) {
         beta = grad_beta(g, x);

@@ -171,6 +171,13 @@ struct qlt_backend {
      * all sites. scratch float [N, k*r] (the du_i side by side). */
     void (*lora_bwd)(qlt_backend *be, const qlt_lora_site *sites, int k, float *scratch, const float *u,
                      const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale);
+    /* Optional (NULL: linear_bwd_x, then lora_bwd): the backward of one projection w [out, in] with its
+     * adapter (site->dy is the output's gradient), both at once: lora_bwd's du, dB and dA, and
+     * dx [N, in] = dx_beta*dx + dy . W + du . A. The backend may fold the adapter's share into the frozen
+     * GEMM (CUDA: [dy | du3] . [W; A3] over K = out + 3r, so dx is read and written once when in > out,
+     * as for the down projection). scratch float [N, r]. */
+    void (*linear_lora_bwd)(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *w, const qlt_lora_site *site,
+                            float *scratch, const float *u, const void *x, int64_t n, int r, float scale);
     /* Rotary embedding in place on x [N, n_heads, head_dim] (HF rotate-half layout), angle
      * pos[t] * inv_freq[i] for i < head_dim/2; inverse = 1 rotates by the negative angle (backward). */
     void (*rope)(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n,

@@ -409,9 +409,11 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->linear_fwd = qlt_cuda_linear_fwd;
     be->linear_bwd_x = qlt_cuda_linear_bwd_x;
     be->lora_fwd = qlt_cuda_lora_fwd;
-    /* QLT_LORA_FOLD=0 in the environment: adapters added by their own GEMM (for bisecting) */
+    /* QLT_LORA_FOLD=0 in the environment: adapters added by their own GEMMs, forward and backward (for
+     * bisecting) */
     const char *fold = getenv("QLT_LORA_FOLD");
     be->linear_lora_fwd = fold && fold[0] == '0' ? NULL : qlt_cuda_linear_lora_fwd;
+    be->linear_lora_bwd = fold && fold[0] == '0' ? NULL : qlt_cuda_linear_lora_bwd;
     be->lora_group_prepare = qlt_cuda_lora_group_prepare;
     be->lora_bwd = qlt_cuda_lora_bwd;
     be->rope = qlt_cuda_rope;

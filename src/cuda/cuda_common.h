@@ -171,6 +171,11 @@ int qlt_cuda_weight_create(qlt_backend *be, qlt_weight *w, const void *host, qlt
 void qlt_cuda_weight_free(qlt_backend *be, qlt_weight *w);
 /* the weight as bf16 [rows, cols]: its data, or NF4 dequantized into impl->dequant (stream-ordered) */
 const bf16 *qlt_cuda_weight_bf16(qlt_backend *be, const qlt_weight *w);
+/* the weight as bf16 [rows, cols] in impl->dequant (NF4 dequantized, bf16 copied) with room for extra_rows
+ * more rows after it, which the caller fills (stream-ordered; the room was reserved at load) */
+bf16 *qlt_cuda_weight_bf16_room(qlt_backend *be, const qlt_weight *w, int64_t extra_rows);
+/* grows impl->dequant to numel bf16 values (load time only) */
+int qlt_cuda_reserve_dequant(qlt_backend *be, int64_t numel);
 /* row-major C[M,N] = alpha op(A) op(B) + beta C on impl->stream, fp32 accumulation */
 void qlt_cuda_gemm(qlt_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const void *a, cudaDataType_t ta, int64_t lda, const void *b, cudaDataType_t tb, int64_t ldb,
@@ -198,6 +203,8 @@ void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
                        const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale);
 void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const qlt_weight *const *w, int k,
                               const qlt_lora_site *sites, int64_t n, int r, float scale);
+void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *w, const qlt_lora_site *site,
+                              float *scratch, const float *u, const void *x, int64_t n, int r, float scale);
 int qlt_cuda_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_t *outs, int r);
 
 /* attention.cu */

@@ -53,7 +53,7 @@ static size_t nf4_device_bytes(const qlt_nf4 *q) {
 }
 
 /* Grows the dequantization scratch to numel bf16 values (load time only, never inside a step). */
-static int reserve_dequant(qlt_backend *be, int64_t numel) {
+int qlt_cuda_reserve_dequant(qlt_backend *be, int64_t numel) {
     cuda_impl *impl = cuda_impl_of(be);
     if (numel <= impl->dequant_elems) return 0;
     CUDA_CHECK(cudaStreamSynchronize(impl->stream));
@@ -74,7 +74,7 @@ static int nf4_adopt(qlt_backend *be, qlt_weight *w, const qlt_nf4 *dq) {
     w->nf4 = *dq;
     qlt_cuda_track(be, (int64_t)nf4_device_bytes(dq));
     (void)impl;
-    return reserve_dequant(be, numel);
+    return qlt_cuda_reserve_dequant(be, numel);
 }
 
 int qlt_cuda_weight_from_nf4(qlt_backend *be, qlt_weight *w, qlt_nf4 *host, int64_t rows, int64_t cols) {
@@ -187,13 +187,26 @@ const bf16 *qlt_cuda_weight_bf16(qlt_backend *be, const qlt_weight *w) {
     return NULL;
 }
 
+bf16 *qlt_cuda_weight_bf16_room(qlt_backend *be, const qlt_weight *w, int64_t extra_rows) {
+    cuda_impl *impl = cuda_impl_of(be);
+    QLT_ASSERT((w->rows + extra_rows) * w->cols <= impl->dequant_elems); /* reserved at load */
+    if (w->format == QLT_WFORMAT_NF4) {
+        dequantize_into(be, impl->dequant, w);
+    } else {
+        QLT_ASSERT(w->format == QLT_WFORMAT_BF16);
+        CUDA_CHECK(cudaMemcpyAsync(impl->dequant, w->data, sizeof(bf16) * (size_t)(w->rows * w->cols),
+                                   cudaMemcpyDeviceToDevice, impl->stream));
+    }
+    return impl->dequant;
+}
+
 int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols) {
     int64_t rows = 0;
     for (int i = 0; i < k; i++) {
         QLT_ASSERT(w[i]->cols == w[0]->cols);
         rows += w[i]->rows;
     }
-    return k > 1 || extra_cols > 0 ? reserve_dequant(be, rows * (w[0]->cols + extra_cols)) : 0;
+    return k > 1 || extra_cols > 0 ? qlt_cuda_reserve_dequant(be, rows * (w[0]->cols + extra_cols)) : 0;
 }
 
 const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld, int64_t *rows) {

@@ -207,6 +207,9 @@ int qlt_cuda_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_
     if (sum_out * 2 * r > acc) acc = sum_out * 2 * r;
     if (k3r * LORA_MIN_TOKENS > acc) acc = k3r * LORA_MIN_TOKENS;
     QLT_TRY(grow(be, &impl->lora_ws, &impl->lora_ws_bytes, sizeof(bf16) * (size_t)ws, "operand workspace"));
+    /* linear_lora_bwd folds a single projection's adapter into its backward GEMM when in > out: the
+     * weight then needs 3r more rows of room */
+    if (k == 1 && in > outs[0]) QLT_TRY(qlt_cuda_reserve_dequant(be, (outs[0] + r3) * in));
     return grow(be, (void **)&impl->lora_acc, &impl->lora_acc_bytes, sizeof(float) * (size_t)acc,
                 "product workspace");
 }
@@ -244,18 +247,16 @@ void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
     }
 }
 
-void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *scratch, const float *u,
-                       const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale) {
-    if (n <= 0) return;
+/* du_i = scale dy_i B_i for every site (du [n, k*r], fp32) and dB_i += scale dy_i^T u_i */
+static void lora_bwd_du_db(qlt_backend *be, const lora_ws *L, const qlt_lora_site *sites, int k, float *du,
+                           const float *u, int64_t n, int r, float scale) {
     cuda_impl *impl = cuda_impl_of(be);
     cudaStream_t s = impl->stream;
-    lora_ws L = lora_prepare(be, sites, k, in, r, n, true);
     float *acc = impl->lora_acc;
     const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
     int64_t db_acc = 0; /* every site's [out_i, 2r] dB products side by side */
     for (int i = 0; i < k; i++) db_acc += sites[i].out * 2 * r;
-    QLT_ASSERT((in * k3r > db_acc ? in * k3r : db_acc) * (int64_t)sizeof(float) <= (int64_t)impl->lora_acc_bytes);
-    float *du = scratch; /* [n, k*r] */
+    QLT_ASSERT(db_acc * (int64_t)sizeof(float) <= (int64_t)impl->lora_acc_bytes);
     /* du_i = scale dy_i (Bh + Bl): one GEMM a site against B3_i's columns [bh | bl] (dy read once), into its
      * own [tokens, 2r] block; the halves of every site summed by one launch */
     const int64_t ta = acc_tokens(impl, 2 * (int64_t)r * k, n);
@@ -264,42 +265,117 @@ void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
     h.k = k;
     for (int64_t t0 = 0; t0 < n; t0 += ta) {
         int64_t tn = n - t0 < ta ? n - t0 : ta;
-        h.accumulate = 0;
         for (int i = 0; i < k; i++) {
             float *blk = acc + (int64_t)i * ta * 2 * r;
             qlt_cuda_gemm(be, 0, 0, tn, 2 * r, sites[i].out, scale, (const bf16 *)sites[i].dy + t0 * sites[i].ld,
-                          CUDA_R_16BF, sites[i].ld, L.b3[i], CUDA_R_16BF, 3 * r, 0.0f, blk, CUDA_R_32F, 2 * r);
+                          CUDA_R_16BF, sites[i].ld, L->b3[i], CUDA_R_16BF, 3 * r, 0.0f, blk, CUDA_R_32F, 2 * r);
             halves_set(&h, i, du + t0 * kr + (int64_t)i * r, kr, blk, 2 * r, r, tn, r);
         }
         sum_halves_sites(s, &h);
     }
-    for (int64_t t0 = 0; t0 < n; t0 += L.T) {
-        int64_t tn = n - t0 < L.T ? n - t0 : L.T;
-        const bf16 *xc = (const bf16 *)x + t0 * in;
-        /* dB_i += scale dy_i^T (ul + uh): one GEMM a site against its [ul | uh] columns, halves summed */
-        split3(s, L.tok, k3r, u + t0 * kr, tn, r, k);
-        h.accumulate = 1;
+    /* dB_i += scale dy_i^T (ul + uh): one GEMM a site against its [ul | uh] columns, halves summed */
+    h.accumulate = 1;
+    for (int64_t t0 = 0; t0 < n; t0 += L->T) {
+        int64_t tn = n - t0 < L->T ? n - t0 : L->T;
+        split3(s, L->tok, k3r, u + t0 * kr, tn, r, k);
         float *blk = acc;
         for (int i = 0; i < k; i++) {
             qlt_cuda_gemm(be, 1, 0, sites[i].out, 2 * r, tn, scale, (const bf16 *)sites[i].dy + t0 * sites[i].ld,
-                          CUDA_R_16BF, sites[i].ld, L.tok + (int64_t)i * 3 * r, CUDA_R_16BF, k3r, 0.0f, blk,
+                          CUDA_R_16BF, sites[i].ld, L->tok + (int64_t)i * 3 * r, CUDA_R_16BF, k3r, 0.0f, blk,
                           CUDA_R_32F, 2 * r);
             halves_set(&h, i, sites[i].db, r, blk, 2 * r, r, sites[i].out, r);
             blk += sites[i].out * 2 * r;
         }
         sum_halves_sites(s, &h);
-        /* dA for every site: one GEMM T3^T x -> [k*3r, in] (x read once), each site's first two row blocks summed */
+    }
+}
+
+/* dA_i += du_i^T x for tokens of one chunk: one GEMM T3^T x -> [k*3r, in] (x read once) from the chunk's
+ * T3 [tn, k*3r] (row stride ldt), each site's first two row blocks summed into dA_i */
+static void lora_bwd_da(qlt_backend *be, const qlt_lora_site *sites, int k, const bf16 *t3, int64_t ldt,
+                        const bf16 *xc, int64_t tn, int64_t in, int r) {
+    cuda_impl *impl = cuda_impl_of(be);
+    const int64_t k3r = 3 * (int64_t)k * r;
+    qlt_cuda_gemm(be, 1, 0, k3r, in, tn, 1.0f, t3, CUDA_R_16BF, ldt, xc, CUDA_R_16BF, in, 0.0f, impl->lora_acc,
+                  CUDA_R_32F, in);
+    halves_args h;
+    memset(&h, 0, sizeof h);
+    h.k = k;
+    h.accumulate = 1;
+    for (int i = 0; i < k; i++)
+        halves_set(&h, i, sites[i].da, in, impl->lora_acc + (int64_t)i * 3 * r * in, in, (int64_t)r * in, r, in);
+    sum_halves_sites(impl->stream, &h);
+}
+
+void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *scratch, const float *u,
+                       const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale) {
+    if (n <= 0) return;
+    cuda_impl *impl = cuda_impl_of(be);
+    cudaStream_t s = impl->stream;
+    lora_ws L = lora_prepare(be, sites, k, in, r, n, true);
+    const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
+    QLT_ASSERT(in * k3r * (int64_t)sizeof(float) <= (int64_t)impl->lora_acc_bytes);
+    float *du = scratch; /* [n, k*r] */
+    lora_bwd_du_db(be, &L, sites, k, du, u, n, r, scale);
+    for (int64_t t0 = 0; t0 < n; t0 += L.T) {
+        int64_t tn = n - t0 < L.T ? n - t0 : L.T;
+        const bf16 *xc = (const bf16 *)x + t0 * in;
         split3(s, L.tok, k3r, du + t0 * kr, tn, r, k);
-        qlt_cuda_gemm(be, 1, 0, k3r, in, tn, 1.0f, L.tok, CUDA_R_16BF, k3r, xc, CUDA_R_16BF, in, 0.0f, acc, CUDA_R_32F,
-                      in);
-        for (int i = 0; i < k; i++)
-            halves_set(&h, i, sites[i].da, in, acc + (int64_t)i * 3 * r * in, in, (int64_t)r * in, r, in);
-        sum_halves_sites(s, &h);
+        lora_bwd_da(be, sites, k, L.tok, k3r, xc, tn, in, r);
         /* dx = beta dx + T3 A3: every site's du_i A_i in one GEMM (dx read and written once) */
         if (dx)
             qlt_cuda_gemm(be, 0, 0, tn, in, k3r, 1.0f, L.tok, CUDA_R_16BF, k3r, L.a3, CUDA_R_16BF, in, dx_beta,
                           (bf16 *)dx + t0 * in, CUDA_R_16BF, in);
     }
+}
+
+/* ---- one projection's backward with its adapter folded into the frozen GEMM ---- */
+
+void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *w, const qlt_lora_site *site,
+                              float *scratch, const float *u, const void *x, int64_t n, int r, float scale) {
+    if (n <= 0) return;
+    cuda_impl *impl = cuda_impl_of(be);
+    cudaStream_t s = impl->stream;
+    const int64_t rows = w->rows, in = w->cols, r3 = 3 * (int64_t)r, ld = rows + r3;
+    const qlt_phase was = impl->phase;
+    const qlt_weight *wl[1] = {w};
+    if (be->backward_a != QLT_BACKWARD_A_BF16 || in <= rows) {
+        /* the fold would copy dy ([N, out]) to save dx's second pass ([N, in]): only worth it when in > out;
+         * fp16 / fp32 backward GEMMs have their own path */
+        if (be->phase) be->phase(be, QLT_PHASE_BWD_GEMM);
+        qlt_cuda_linear_bwd_x(be, dx, site->dy, wl, 1, n, dx_beta);
+        if (be->phase) be->phase(be, QLT_PHASE_LORA);
+        qlt_cuda_lora_bwd(be, site, 1, scratch, u, x, dx, 1.0f, n, in, r, scale);
+        if (be->phase) be->phase(be, was);
+        return;
+    }
+    if (be->phase) be->phase(be, QLT_PHASE_LORA);
+    lora_ws L = lora_prepare(be, site, 1, in, r, n, true);
+    QLT_ASSERT(in * r3 * (int64_t)sizeof(float) <= (int64_t)impl->lora_acc_bytes);
+    float *du = scratch; /* [n, r] */
+    lora_bwd_du_db(be, &L, site, 1, du, u, n, r, scale);
+    /* W'' = [W; A3] [out + 3r, in]: the weight as bf16 with A3's rows ([Ah; Al; Ah]) after it */
+    if (be->phase) be->phase(be, QLT_PHASE_BWD_GEMM);
+    bf16 *wpp = qlt_cuda_weight_bf16_room(be, w, r3);
+    CUDA_CHECK(cudaMemcpyAsync(wpp + rows * in, L.a3, sizeof(bf16) * (size_t)(r3 * in), cudaMemcpyDeviceToDevice, s));
+    /* dY' = [dy | T3] [tn, out + 3r] in token chunks through the conversion workspace: T3 feeds dA, and
+     * dx = beta dx + dY' W'' is one GEMM (dy . W + du . A added before dx's one rounding) */
+    bf16 *yp = (bf16 *)impl->conv;
+    int64_t chunk = (int64_t)(3 * QLT_CUDA_CONV_ELEMS * sizeof(float) / sizeof(bf16)) / ld;
+    QLT_ASSERT(chunk > 0);
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+        int64_t tn = n - t0 < chunk ? n - t0 : chunk;
+        if (be->phase) be->phase(be, QLT_PHASE_LORA);
+        CUDA_CHECK(cudaMemcpy2DAsync(yp, sizeof(bf16) * (size_t)ld, (const bf16 *)site->dy + t0 * site->ld,
+                                     sizeof(bf16) * (size_t)site->ld, sizeof(bf16) * (size_t)rows, (size_t)tn,
+                                     cudaMemcpyDeviceToDevice, s));
+        split3(s, yp + rows, ld, du + t0 * r, tn, r, 1);
+        lora_bwd_da(be, site, 1, yp + rows, ld, (const bf16 *)x + t0 * in, tn, in, r);
+        if (be->phase) be->phase(be, QLT_PHASE_BWD_GEMM);
+        qlt_cuda_gemm(be, 0, 0, tn, in, ld, 1.0f, yp, CUDA_R_16BF, ld, wpp, CUDA_R_16BF, in, dx_beta,
+                      (bf16 *)dx + t0 * in, CUDA_R_16BF, in);
+    }
+    if (be->phase) be->phase(be, was);
 }
 
 /* ---- the stacked linear with its adapters folded into the one GEMM ---- */

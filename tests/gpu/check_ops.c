@@ -643,7 +643,10 @@ void check_lora(void) {
     }
 }
 
-/* ---- the stacked linear with its adapters folded into one GEMM (linear_lora_fwd) ---- */
+/* ---- the stacked linear with its adapters folded into one GEMM (linear_lora_fwd), and one projection's
+ * backward with its adapter folded (linear_lora_bwd) ---- */
+
+static void check_linear_lora_bwd(gpu_rng *r);
 
 void check_linear_lora(void) {
     if (!gpu()) return;
@@ -699,6 +702,61 @@ void check_linear_lora(void) {
             for (int i = 0; i < k; i++) G->weight_free(G, &wt[i]), free(w[i]), free(a[i]), free(b[i]);
             dfree_all();
             free(x), free(y_ref), free(u_ref), free(gy), free(gu);
+        }
+    }
+    check_linear_lora_bwd(&r);
+}
+
+/* one projection's backward with its adapter folded into the frozen GEMM (linear_lora_bwd): against the
+ * CPU's dx = beta dx + dy W followed by lora_bwd; the fold runs when in > out, the plain path otherwise */
+static void check_linear_lora_bwd(gpu_rng *r) {
+    /* n, in, out, r */
+    const int64_t shapes[][4] = {{300, 512, 64, 8}, {513, 8960, 1536, 16}, {77, 64, 96, 4}, {1, 256, 32, 16}};
+    const float scale = 2.0f;
+    for (int s = 0; s < 4; s++) {
+        const int64_t n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+        const int rk = (int)shapes[s][3];
+        for (int variant = 0; variant < 4; variant++) { /* bit 0: NF4 weight, bit 1: dx beta 1 */
+            const int nf4 = variant & 1;
+            const float beta = (variant & 2) ? 1.0f : 0.0f;
+            char sh[96];
+            snprintf(sh, sizeof sh, "N%lld in%lld out%lld r%d %s beta%d%s", (long long)n, (long long)in,
+                     (long long)out, rk, nf4 ? "NF4" : "bf16", (int)beta, in > out ? " folded" : "");
+            float *x = hrand(r, n * in, 1.0f), *w = hrand(r, out * in, 0.05f), *dy = hrand(r, n * out, 1.0f);
+            float *a = hrand_f32(r, rk * in, 0.1f), *b = hrand_f32(r, out * rk, 0.1f), *u = hrand_f32(r, n * rk, 1.0f);
+            float *ga = hrand_f32(r, rk * in, 0.01f), *gb = hrand_f32(r, out * rk, 0.01f), *dx0 = hrand(r, n * in, 1.0f);
+            qlt_weight wt;
+            if (G->weight_create(G, &wt, w, QLT_DTYPE_F32, out, in, nf4 ? 64 : 0, 1) != 0) {
+                gpu_check_fail("weight_create", qlt_error());
+                return;
+            }
+            if (nf4 && nf4_reference(w, out, in)) return;
+            if (G->lora_group_prepare(G, 1, in, &out, rk) != 0) {
+                gpu_check_fail("lora_group_prepare", qlt_error());
+                return;
+            }
+            /* reference */
+            float *dx_ref = hcopy(dx0, n * in), *ga_ref = hcopy(ga, rk * in), *gb_ref = hcopy(gb, out * rk);
+            float *du_ref = malloc(sizeof(float) * (size_t)(n * rk));
+            qlt_cpu_gemm(0, 0, n, in, out, 1.0f, dy, out, w, in, beta, dx_ref, in);
+            qlt_lora_site cs = {NULL, dy, out, out, a, b, ga_ref, gb_ref};
+            qlt_cpu_lora_bwd(&cs, 1, du_ref, u, x, dx_ref, 1.0f, n, in, rk, scale);
+            /* GPU */
+            qlt_lora_site gs = {NULL, dbf16(dy, n * out), out, out, df32(a, rk * in), df32(b, out * rk),
+                                df32(ga, rk * in), df32(gb, out * rk)};
+            void *ddx = beta != 0.0f ? dbf16(dx0, n * in) : dpoison(2 * (size_t)(n * in));
+            float *scr = dpoison(4 * (size_t)(n * rk));
+            G->linear_lora_bwd(G, ddx, beta, &wt, &gs, scr, df32(u, n * rk), dbf16(x, n * in), n, rk, scale);
+            float *gdx = hget_bf16(ddx, n * in), *gdu = hget_f32(scr, n * rk);
+            float *gga = hget_f32(gs.da, rk * in), *ggb = hget_f32(gs.db, out * rk);
+            row("linear_lora_bwd dx", sh, gdx, dx_ref, n * in, 1e-2);
+            row("linear_lora_bwd du (fp32)", sh, gdu, du_ref, n * rk, 1e-4);
+            row("linear_lora_bwd dA", sh, gga, ga_ref, rk * in, 1e-4);
+            row("linear_lora_bwd dB", sh, ggb, gb_ref, out * rk, 1e-4);
+            G->weight_free(G, &wt);
+            dfree_all();
+            free(x), free(w), free(dy), free(a), free(b), free(u), free(ga), free(gb), free(dx0);
+            free(dx_ref), free(ga_ref), free(gb_ref), free(du_ref), free(gdx), free(gdu), free(gga), free(ggb);
         }
     }
 }
