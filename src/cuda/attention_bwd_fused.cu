@@ -129,30 +129,8 @@ static __global__ void __launch_bounds__(FUSED_THREADS, 1)
                 for (int e = 0; e < 4; e++) st[mi][nt][e] = dpt[mi][nt][e] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
-            uint32_t ka[2][4], qb[2][4];
-            lda_frag(ka[0], Ks, LD, kr0, kk * 16, lane);
-            lda_frag(ka[1], Ks, LD, kr0 + 16, kk * 16, lane);
-            ldb_pair(qb[0], Qs, LD, qc0, kk * 16, lane);
-            ldb_pair(qb[1], Qs, LD, qc0 + 16, kk * 16, lane);
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-                for (int p = 0; p < 2; p++) {
-                    mma16816(st[mi][2 * p], ka[mi], qb[p][0], qb[p][1]);
-                    mma16816(st[mi][2 * p + 1], ka[mi], qb[p][2], qb[p][3]);
-                }
-            uint32_t va[2][4], db[2][4];
-            lda_frag(va[0], Vs, LD, kr0, kk * 16, lane);
-            lda_frag(va[1], Vs, LD, kr0 + 16, kk * 16, lane);
-            ldb_pair(db[0], dOs, LD, qc0, kk * 16, lane);
-            ldb_pair(db[1], dOs, LD, qc0 + 16, kk * 16, lane);
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-                for (int p = 0; p < 2; p++) {
-                    mma16816(dpt[mi][2 * p], va[mi], db[p][0], db[p][1]);
-                    mma16816(dpt[mi][2 * p + 1], va[mi], db[p][2], db[p][3]);
-                }
+            mma_32x32_k16(st, Ks, Qs, LD, kr0, qc0, kk * 16, lane);
+            mma_32x32_k16(dpt, Vs, dOs, LD, kr0, qc0, kk * 16, lane);
         }
 
         /* 2. P^T and dS^T = P^T (dP^T - D) into shared memory (bf16); this thread's 8 queries' statistics

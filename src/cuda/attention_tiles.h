@@ -137,24 +137,37 @@ static __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-/* the smallest seg_start of a tile's rows (s_seg holds INT_MAX beyond seq), computed by every warp
+/* the smallest (LARGEST false) or largest seg_start of a tile's rows s_seg[rows], computed by every warp
  * (so the result is block-uniform without a barrier); s_seg must be visible (after a barrier) */
-static __device__ __forceinline__ int warp_min_seg(const int *s_seg, int rows) {
-    int m = INT_MAX;
-    for (int i = threadIdx.x & 31; i < rows; i += 32) m = min(m, s_seg[i]);
+template <bool LARGEST> static __device__ __forceinline__ int warp_seg_bound(const int *s_seg, int rows) {
+    int m = LARGEST ? INT_MIN : INT_MAX;
+    for (int i = threadIdx.x & 31; i < rows; i += 32) m = LARGEST ? max(m, s_seg[i]) : min(m, s_seg[i]);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = min(m, __shfl_xor_sync(0xffffffffu, m, o));
+    for (int o = 16; o > 0; o >>= 1) {
+        const int other = __shfl_xor_sync(0xffffffffu, m, o);
+        m = LARGEST ? max(m, other) : min(m, other);
+    }
     return m;
 }
+static __device__ __forceinline__ int warp_min_seg(const int *s_seg, int rows) { return warp_seg_bound<false>(s_seg, rows); }
+static __device__ __forceinline__ int warp_max_seg(const int *s_seg, int rows) { return warp_seg_bound<true>(s_seg, rows); }
 
-/* the largest seg_start of a tile's rows (INT_MAX when a row is beyond seq), block-uniform like
- * warp_min_seg */
-static __device__ __forceinline__ int warp_max_seg(const int *s_seg, int rows) {
-    int m = INT_MIN;
-    for (int i = threadIdx.x & 31; i < rows; i += 32) m = max(m, s_seg[i]);
+/* acc [32 x 32] (two m16 row tiles x four n8 column tiles) += A[r0..r0+31, k0..k0+15] .
+ * B[c0..c0+31, k0..k0+15]^T, A and B row-major [rows][k] smem tiles of row stride ld: one k16 step */
+static __device__ __forceinline__ void mma_32x32_k16(float acc[2][4][4], const bf16 *A, const bf16 *B, int ld, int r0,
+                                                     int c0, int k0, int lane) {
+    uint32_t a[2][4], b[2][4];
+    lda_frag(a[0], A, ld, r0, k0, lane);
+    lda_frag(a[1], A, ld, r0 + 16, k0, lane);
+    ldb_pair(b[0], B, ld, c0, k0, lane);
+    ldb_pair(b[1], B, ld, c0 + 16, k0, lane);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-    return m;
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int p = 0; p < 2; p++) {
+            mma16816(acc[mi][2 * p], a[mi], b[p][0], b[p][1]);
+            mma16816(acc[mi][2 * p + 1], a[mi], b[p][2], b[p][3]);
+        }
 }
 
 /* the dynamic shared-memory limit is a host-side function attribute (not a stream operation, so this
