@@ -527,12 +527,21 @@ static int node_outputs(const qlt_node *node, int v) {
     return 0;
 }
 
+/* Whether node may read value v in its backward: one of its inputs (a custom node's reads are unknown). */
+static int node_reads(const qlt_node *node, int v) {
+    if (node->kind == QLT_NODE_CUSTOM) return 1;
+    for (int i = 0; i < 3; i++)
+        if (node->in[i] == v) return 1;
+    return 0;
+}
+
 /* ADD's backward: both inputs' gradients equal the output's. Instead of copying, an input takes the
  * output's buffer itself when nothing else could write through it while another reader still needs it:
  * - the first input (the residual stream) when its gradient has no buffer yet;
  * - the second input when, besides, its producer is the node just before the add (so its backward, the
  *   only reader of that gradient, runs right after this one, before anything accumulates into the
- *   first input's gradient) and it is not the first input.
+ *   first input's gradient), it is not the first input, and that producer does not read the first input
+ *   (y = a + f(a): f's backward would accumulate into a's gradient, the very buffer it reads dy from).
  * Otherwise the gradient is copied (first contribution) or added (later ones). */
 static void backward_add(qlt_graph *g, const qlt_node *node) {
     qlt_backend *be = g->be;
@@ -543,7 +552,9 @@ static void backward_add(qlt_graph *g, const qlt_node *node) {
         qlt_value *xv = &g->values[x];
         if (!xv->needs_grad) continue;
         int alias = !xv->grad_ready && xv->grad == NULL;
-        if (i == 1) alias = alias && x != node->in[0] && index > 0 && node_outputs(&g->nodes[index - 1], x);
+        if (i == 1)
+            alias = alias && x != node->in[0] && index > 0 && node_outputs(&g->nodes[index - 1], x) &&
+                    !node_reads(&g->nodes[index - 1], node->in[0]);
         if (alias) {
             xv->grad = y->grad;
             xv->grad_ready = 1;

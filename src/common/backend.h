@@ -31,7 +31,7 @@ typedef struct qlt_optim_scalars {
     float bias_correction1; /* 1 - beta1^step */
     float bias_correction2; /* 1 - beta2^step */
     float max_grad_norm;    /* 0 = no clipping */
-    float grad_norm_sq;     /* sum of squares of every gradient, written by sumsq */
+    float grad_norm_sq;     /* sum of squares of every gradient, written by grad_norm_sq */
     float loss_sum;         /* sum of token losses of the step, accumulated by lm_head_loss */
     float grad_scale;       /* 1 / (counted tokens of the optimizer step): the loss gradient's scale */
 } qlt_optim_scalars;
@@ -175,7 +175,8 @@ struct qlt_backend {
      * adapter (site->dy is the output's gradient), both at once: lora_bwd's du, dB and dA, and
      * dx [N, in] = dx_beta*dx + dy . W + du . A. The backend may fold the adapter's share into the frozen
      * GEMM (CUDA: [dy | du3] . [W; A3] over K = out + 3r, so dx is read and written once when in > out,
-     * as for the down projection). scratch float [N, r]. */
+     * as for the down projection). scratch float [N, r]; dx is not NULL and does not alias site->dy; the
+     * op marks its own profiling phases (BWD_GEMM, LORA). */
     void (*linear_lora_bwd)(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *w, const qlt_lora_site *site,
                             float *scratch, const float *u, const void *x, int64_t n, int r, float scale);
     /* Rotary embedding in place on x [N, n_heads, head_dim] (HF rotate-half layout), angle

@@ -30,7 +30,7 @@ void qlt_assert_failed(const char *expr, const char *file, int line) __attribute
         if (!(cond)) qlt_assert_failed(#cond, __FILE__, __LINE__);                                  \
     } while (0)
 
-/* Allocation that never returns NULL: out of host memory is reported with the size and aborts. */
+/* Allocation that never returns NULL: out of host memory is reported with the size and exits (status 1). */
 void *qlt_xmalloc(size_t bytes);
 void *qlt_xcalloc(size_t count, size_t size);
 void *qlt_xrealloc(void *p, size_t bytes);

@@ -222,6 +222,14 @@ static void cpu_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, flo
     qlt_cpu_lora_bwd(sites, k, scratch, u, x, dx, dx_beta, n, in, r, scale);
 }
 
+/* the reference has nothing to fold: dx = beta dx + dy W, then the adapter's products (dx accumulated) */
+static void cpu_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *w,
+                                const qlt_lora_site *site, float *scratch, const float *u, const void *x, int64_t n,
+                                int r, float scale) {
+    cpu_linear_bwd_x(be, dx, site->dy, &w, 1, n, dx_beta);
+    qlt_cpu_lora_bwd(site, 1, scratch, u, x, dx, 1.0f, n, w->cols, r, scale);
+}
+
 static void cpu_rope(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
                      int head_dim, int inverse) {
     qlt_cpu_rope(x, pos, inv_freq, n, heads, head_dim, inverse);
@@ -357,6 +365,7 @@ qlt_backend *qlt_backend_cpu_create(int threads) {
     be->linear_bwd_x = cpu_linear_bwd_x;
     be->lora_fwd = cpu_lora_fwd;
     be->lora_bwd = cpu_lora_bwd;
+    be->linear_lora_bwd = cpu_linear_lora_bwd;
     be->rope = cpu_rope;
     be->attention_fwd = cpu_attention_fwd;
     be->attention_bwd = cpu_attention_bwd;

@@ -129,11 +129,16 @@ int qlt_lora_read_peft_config(const char *dir, int *r, float *alpha, unsigned *t
         const cJSON *js = cJSON_GetObjectItemCaseSensitive(root, "use_rslora");
         const cJSON *jd = cJSON_GetObjectItemCaseSensitive(root, "lora_dropout");
         const cJSON *jdora = cJSON_GetObjectItemCaseSensitive(root, "use_dora");
+        const cJSON *jrp = cJSON_GetObjectItemCaseSensitive(root, "rank_pattern");
+        const cJSON *jap = cJSON_GetObjectItemCaseSensitive(root, "alpha_pattern");
         if (cJSON_IsString(jp) && strcmp(jp->valuestring, "LORA") != 0)
             rc = qlt_fail("%s: peft_type '%s' is not supported (only LORA)", path, jp->valuestring);
         else if (cJSON_IsTrue(jdora))
             rc = qlt_fail("%s: use_dora = true is not supported", path);
-        else if (!cJSON_IsNumber(jr) || jr->valuedouble < 1)
+        else if ((cJSON_IsObject(jrp) && jrp->child) || (cJSON_IsObject(jap) && jap->child))
+            rc = qlt_fail("%s: per-module rank_pattern / alpha_pattern are not supported: one r and lora_alpha for "
+                          "every module", path);
+        else if (!cJSON_IsNumber(jr) || jr->valuedouble < 1 || jr->valuedouble != (double)(int)jr->valuedouble)
             rc = qlt_fail("%s: 'r' must be a positive integer", path);
         else if (!cJSON_IsNumber(ja))
             rc = qlt_fail("%s: 'lora_alpha' must be a number", path);

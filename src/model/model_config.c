@@ -2,6 +2,7 @@
 #include "model/model_config.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,11 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
         goto done;
     }
     if (get_int(root, "head_dim", 0, mc->hidden / mc->n_heads, &mc->head_dim, path)) goto done;
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    mc->sliding_window = cJSON_IsNumber(sw) && sw->valuedouble >= 1 &&
+                                 !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window"))
+                             ? (int)fmin(sw->valuedouble, (double)INT_MAX)
+                             : 0;
     if (mc->head_dim <= 0 || mc->head_dim % 2) {
         qlt_fail("%s: head_dim must be a positive even number (got %d)", path, mc->head_dim);
         goto done;

@@ -96,10 +96,12 @@ done:
 
 char *qlt_model_dir_of(const char *path) {
     if (strncmp(path, RANDOM_PREFIX, strlen(RANDOM_PREFIX)) != 0) return qlt_xstrdup(path);
-    char *dir = qlt_xstrdup(path + strlen(RANDOM_PREFIX));
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    else strcpy(dir, ".");
+    const char *config = path + strlen(RANDOM_PREFIX);
+    const char *slash = strrchr(config, '/');
+    if (!slash) return qlt_xstrdup(".");
+    if (slash == config) return qlt_xstrdup("/");
+    char *dir = qlt_xstrdup(config);
+    dir[slash - config] = '\0';
     return dir;
 }
 

@@ -167,6 +167,12 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     }
     double load_start = now_seconds();
     if (load_model_and_adapter(t, mode) != 0) goto fail;
+    if (t->model.cfg.sliding_window > 0 && t->seq > t->model.cfg.sliding_window) {
+        qlt_fail("%s: sliding_window %d is shorter than data.seq_len %d, and sliding-window attention is not "
+                 "implemented (every token would see more keys than in transformers): set data.seq_len <= %d",
+                 cfg->model.path, t->model.cfg.sliding_window, t->seq, t->model.cfg.sliding_window);
+        goto fail;
+    }
     fprintf(stderr, "qlora-train: model loaded in %.2f s (%s%s)\n", now_seconds() - load_start, t->model.cfg.arch_name,
             t->model.quantized ? ", NF4" : "");
     if (load_datasets(t, mode) != 0) goto fail;

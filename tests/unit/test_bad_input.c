@@ -219,6 +219,11 @@ Test(bad_input, cli_unsupported_architecture) {
                              "supported: LlamaForCausalLM");
 }
 
+Test(bad_input, cli_sliding_window_shorter_than_seq) {
+    expect_config_edit_error("tiny-llama", "\"vocab_size\":", "\"sliding_window\": 4, \"vocab_size\":",
+                             "sliding_window 4 is shorter than data.seq_len", "set data.seq_len <= 4");
+}
+
 Test(bad_input, cli_config_key_misspelled) {
     char *dir = test_tmpdir();
     char *cfg = qlt_path_join(dir, "c.yaml"), *args = NULL;
