@@ -142,8 +142,8 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
                                  !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window"))
                              ? (int)fmin(sw->valuedouble, (double)INT_MAX)
                              : 0;
-    if (mc->head_dim <= 0 || mc->head_dim % 2) {
-        qlt_fail("%s: head_dim must be a positive even number (got %d)", path, mc->head_dim);
+    if (mc->head_dim <= 0 || mc->head_dim % 2 || mc->head_dim > 512) { /* 512: the CPU attention's row buffer */
+        qlt_fail("%s: head_dim must be a positive even number of at most 512 (got %d)", path, mc->head_dim);
         goto done;
     }
     if (mc->n_heads % mc->n_kv_heads) {

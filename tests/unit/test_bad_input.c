@@ -224,6 +224,11 @@ Test(bad_input, cli_sliding_window_shorter_than_seq) {
                              "sliding_window 4 is shorter than data.seq_len", "set data.seq_len <= 4");
 }
 
+Test(bad_input, cli_head_dim_too_large) {
+    expect_config_edit_error("tiny-llama", "\"head_dim\": 16", "\"head_dim\": 1024", "head_dim must be",
+                             "(got 1024)");
+}
+
 Test(bad_input, cli_config_key_misspelled) {
     char *dir = test_tmpdir();
     char *cfg = qlt_path_join(dir, "c.yaml"), *args = NULL;
