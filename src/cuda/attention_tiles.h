@@ -8,7 +8,7 @@
  *   B 16x8  (k x n)  : reg0 = B[2t..2t+1][g], reg1 = B[2t+8..2t+9][g]
  *   C 16x8           : c0,c1 = C[g][2t..2t+1], c2,c3 = C[g+8][2t..2t+1]
  * Tiles live in shared memory row-major with rows padded by 8 bf16 (16 bytes), which makes the ldmatrix
- * row addresses conflict-free. Included only from the attention .cu files. */
+ * row addresses conflict-free. Included from the attention .cu files and lora_dudb.cu. */
 #ifndef QLT_CUDA_ATTENTION_TILES_H
 #define QLT_CUDA_ATTENTION_TILES_H
 

@@ -213,6 +213,8 @@ extern "C" size_t qlt_cuda_peak_memory(qlt_backend *be) {
 
 extern "C" void *qlt_cuda_stream(qlt_backend *be) { return (void *)cuda_impl_of(be)->stream; }
 
+extern "C" void qlt_cuda_set_lora_dudb(qlt_backend *be, int mode) { cuda_impl_of(be)->lora_dudb = mode; }
+
 /* ---- profiling: events at phase changes, summed per phase when read ---- */
 
 /* Adds the elapsed times of the recorded events to phase_ms and keeps the last event as the new start. */
@@ -345,6 +347,8 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->backward_a = QLT_BACKWARD_A_BF16;
     impl->device = device_index;
     impl->n_sm = prop.multiProcessorCount;
+    const char *dudb = getenv("QLT_LORA_DUDB");
+    impl->lora_dudb = dudb ? atoi(dudb) : 1;
     CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
     if (cublasCreate(&impl->blas) != CUBLAS_STATUS_SUCCESS || cublasLtCreate(&impl->lt) != CUBLAS_STATUS_SUCCESS) {
         qlt_fail("cuBLAS could not be initialized on CUDA device %d", device_index);

@@ -18,6 +18,11 @@ void qlt_cuda_memory_report(qlt_backend *be, size_t *current, size_t *peak, size
 size_t qlt_cuda_peak_memory(qlt_backend *be);
 /* The cudaStream_t every op of this backend runs on (for CUDA-graph capture of a whole step). */
 void *qlt_cuda_stream(qlt_backend *be);
+/* How the LoRA backward computes du and dB (for the checks and bisecting; QLT_LORA_DUDB in the
+ * environment sets it at create): 0 two cuBLAS GEMMs a site, 1 the one-pass kernel (default), 2 the
+ * one-pass kernel one token block a launch (its token-chunk loop, which otherwise runs only when the
+ * partial sums outgrow the workspace). */
+void qlt_cuda_set_lora_dudb(qlt_backend *be, int mode);
 
 #ifdef __cplusplus
 }

@@ -74,6 +74,7 @@ typedef struct cuda_impl {
     void *lora_ws;         /* [lora_ws_bytes] */
     float *lora_acc;       /* [lora_acc_bytes] */
     size_t lora_ws_bytes, lora_acc_bytes; /* grown by lora_group_prepare at load, never in a step */
+    int lora_dudb;         /* qlt_cuda_set_lora_dudb's mode */
     double *partials;      /* [QLT_CUDA_NORM_BLOCKS] */
     float *amax;           /* [2] fp16 overflow guard: max|dY|, max|W| (as float bits, atomicMax on int) */
     bf16 *dequant;         /* NF4 dequantization scratch, [dequant_elems] (grown in weight_create only) */

@@ -17,10 +17,12 @@
  *   T3_i . B3_i^T   = ul bh + uh bl + uh bh = (u B^T) to ~2^-17;
  *   T3^T . x        -> per site rows [dul^T x; duh^T x; duh^T x]: the first two summed give dA_i;
  *   T3 . A3         = sum_i dul Ah + duh Al + duh Ah = sum_i du_i A_i (the group's dx in one GEMM);
- *   dy_i . B3_i[:, :2r] and dy_i^T . T3_i[:, :2r] give du_i and dB_i as hi/lo pairs.
+ *   dy_i . B3_i[:, :2r] and dy_i^T . T3_i[:, :2r] give du_i and dB_i as hi/lo pairs (the cuBLAS path; where
+ *   the shape allows, lora_dudb.cu computes both in one pass over dy instead).
  * linear_lora_fwd folds a stack's adapters into its frozen GEMM: [x | T3] . [W | scale B3]^T is the
  * forward in one product over K = in + 3kr (the weight dequantized into rows of that width). */
 #include "cuda/cuda_common.h"
+#include "cuda/lora_dudb.h"
 
 /* The group's bf16 operands in one launch: site i's A [r, in] -> A3 block [hi(A); lo(A); hi(A)] at
  * a3 + i 3r in, and its B [out_i, r] -> B3_i [out_i, 3r] with columns [hi | lo | hi]. */
@@ -31,33 +33,26 @@ typedef struct prep_args {
     int k, r;
 } prep_args;
 
+/* grid (blocks, 2k): y = 2i splits site i's A, y = 2i + 1 its B (nothing when out[i] is 0) */
 static __global__ void prep_kernel(prep_args p) {
-    const int64_t ra = (int64_t)p.r * p.in, a_total = p.k * ra;
-    int64_t total = a_total;
-    for (int i = 0; i < p.k; i++) total += p.out[i] * p.r;
-    for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
-         idx += (int64_t)gridDim.x * blockDim.x) {
-        if (idx < a_total) {
-            int site = (int)(idx / ra);
-            int64_t e = idx - site * ra;
-            float v = p.a[site][e];
-            bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
-            bf16 *o = p.a3 + site * 3 * ra + e;
-            o[0] = hi;
-            o[ra] = lo;
-            o[2 * ra] = hi;
+    const int site = blockIdx.y >> 1;
+    const bool is_b = blockIdx.y & 1;
+    const int64_t count = is_b ? p.out[site] * p.r : (int64_t)p.r * p.in;
+    const float *src = is_b ? p.b[site] : p.a[site];
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < count; e += (int64_t)gridDim.x * blockDim.x) {
+        const float v = src[e];
+        const bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
+        bf16 *o;
+        int64_t step;
+        if (is_b) {
+            const int64_t row = e / p.r;
+            o = p.b3[site] + row * 3 * p.r + (e - row * p.r), step = p.r;
         } else {
-            int64_t e = idx - a_total;
-            int site = 0;
-            while (e >= p.out[site] * p.r) e -= p.out[site++] * p.r;
-            float v = p.b[site][e];
-            bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
-            int64_t row = e / p.r;
-            bf16 *o = p.b3[site] + row * 3 * p.r + (e - row * p.r);
-            o[0] = hi;
-            o[p.r] = lo;
-            o[2 * p.r] = hi;
+            o = p.a3 + site * 3 * count + e, step = count;
         }
+        o[0] = hi;
+        o[step] = lo;
+        o[2 * step] = hi;
     }
 }
 
@@ -123,15 +118,25 @@ static void halves_set(halves_args *h, int i, float *dst, int64_t ldd, const flo
     h->cols[i] = cols;
 }
 
-/* u [rows, k*r] from the forward product P [rows, k*3r] (per site [x Ah | x Al | x Ah]): u_s = P_s0 + P_s1 */
-static __global__ void sum_first_two_kernel(float *u, const float *p, int64_t rows, int r, int k) {
+/* u [rows, k*r] from the forward product P [rows, k*3r] (per site [x Ah | x Al | x Ah]): u_s = P_s0 + P_s1;
+ * when tok is not NULL also its T3 copy tok [rows, ld_tok] (per site [lo | hi | hi], as split3 writes) */
+static __global__ void sum_first_two_kernel(float *u, const float *p, int64_t rows, int r, int k, bf16 *tok,
+                                            int64_t ld_tok) {
     int kr = k * r;
     int64_t total = rows * kr;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t row = i / kr;
         int c = (int)(i - row * kr), site = c / r, j = c - site * r;
         const float *src = p + row * 3 * kr + (int64_t)site * 3 * r + j;
-        u[i] = src[0] + src[r];
+        const float v = src[0] + src[r];
+        u[i] = v;
+        if (tok) {
+            bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
+            bf16 *o = tok + row * ld_tok + (int64_t)site * 3 * r + j;
+            o[0] = lo;
+            o[r] = hi;
+            o[2 * r] = hi;
+        }
     }
 }
 
@@ -162,14 +167,14 @@ static lora_ws lora_prepare(qlt_backend *be, const qlt_lora_site *sites, int k, 
     prep_args p;
     memset(&p, 0, sizeof p);
     p.a3 = L.a3, p.in = in, p.k = k, p.r = r;
-    int64_t total = (int64_t)k * r * in;
+    int64_t largest = (int64_t)r * in;
     for (int i = 0; i < k; i++) {
         L.b3[i] = p.b3[i] = next;
         p.a[i] = sites[i].a, p.b[i] = sites[i].b, p.out[i] = with_b ? sites[i].out : 0;
         next += sites[i].out * r3;
-        total += p.out[i] * r;
+        if (p.out[i] * r > largest) largest = p.out[i] * r;
     }
-    prep_kernel<<<qlt_grid(total, 256), 256, 0, s>>>(p);
+    prep_kernel<<<dim3(qlt_grid(largest, 256), 2 * k), 256, 0, s>>>(p);
     CUDA_CHECK_LAUNCH();
     L.tok = (bf16 *)impl->lora_ws + tok_off;
     L.T = (cap - tok_off) / (k * r3);
@@ -214,8 +219,10 @@ int qlt_cuda_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_
                 "product workspace");
 }
 
-/* u [n, k*r] = x A^T for every site at once: one GEMM against A3 (x read once), hi + lo summed */
-static void lora_u(qlt_backend *be, const lora_ws *L, float *u, const void *x, int64_t n, int64_t in, int r, int k) {
+/* u [n, k*r] = x A^T for every site at once: one GEMM against A3 (x read once), hi + lo summed; with tok,
+ * u's T3 [n, ld_tok] written in the same pass (the caller's area holds all n rows) */
+static void lora_u(qlt_backend *be, const lora_ws *L, float *u, const void *x, int64_t n, int64_t in, int r, int k,
+                   bf16 *tok, int64_t ld_tok) {
     cuda_impl *impl = cuda_impl_of(be);
     const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
     const int64_t ta = acc_tokens(impl, k3r, n);
@@ -223,7 +230,8 @@ static void lora_u(qlt_backend *be, const lora_ws *L, float *u, const void *x, i
         int64_t tn = n - t0 < ta ? n - t0 : ta;
         qlt_cuda_gemm(be, 0, 1, tn, k3r, in, 1.0f, (const bf16 *)x + t0 * in, CUDA_R_16BF, in, L->a3, CUDA_R_16BF, in,
                       0.0f, impl->lora_acc, CUDA_R_32F, k3r);
-        sum_first_two_kernel<<<qlt_grid(tn * kr, 256), 256, 0, impl->stream>>>(u + t0 * kr, impl->lora_acc, tn, r, k);
+        sum_first_two_kernel<<<qlt_grid(tn * kr, 256), 256, 0, impl->stream>>>(
+            u + t0 * kr, impl->lora_acc, tn, r, k, tok ? tok + t0 * ld_tok : NULL, ld_tok);
         CUDA_CHECK_LAUNCH();
     }
 }
@@ -235,11 +243,12 @@ void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
     cudaStream_t s = impl->stream;
     lora_ws L = lora_prepare(be, sites, k, in, r, n, true);
     const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
-    lora_u(be, &L, u, x, n, in, r, k);
+    const bool one_chunk = n <= L.T; /* then u's T3 comes with u */
+    lora_u(be, &L, u, x, n, in, r, k, one_chunk ? L.tok : NULL, k3r);
     /* y_i += scale [ul uh uh]_i [bh bl bh]_i^T */
     for (int64_t t0 = 0; t0 < n; t0 += L.T) {
         int64_t tn = n - t0 < L.T ? n - t0 : L.T;
-        split3(s, L.tok, k3r, u + t0 * kr, tn, r, k);
+        if (!one_chunk) split3(s, L.tok, k3r, u + t0 * kr, tn, r, k);
         for (int i = 0; i < k; i++)
             qlt_cuda_gemm(be, 0, 1, tn, sites[i].out, 3 * r, scale, L.tok + (int64_t)i * 3 * r, CUDA_R_16BF, k3r,
                           L.b3[i], CUDA_R_16BF, 3 * r, 1.0f, (bf16 *)sites[i].y + t0 * sites[i].ld, CUDA_R_16BF,
@@ -247,13 +256,16 @@ void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
     }
 }
 
-/* du_i = scale dy_i B_i for every site (du [n, k*r], fp32) and dB_i += scale dy_i^T u_i */
-static void lora_bwd_du_db(qlt_backend *be, const lora_ws *L, const qlt_lora_site *sites, int k, float *du,
-                           const float *u, int64_t n, int r, float scale) {
+/* du_i = scale dy_i B_i for every site (du [n, k*r], fp32) and dB_i += scale dy_i^T u_i. One pass over dy
+ * (lora_dudb.cu) where the group fits it, which also writes du's T3 to t3 [n, ld_t3] when t3 is not NULL
+ * (then the return is true); otherwise two cuBLAS GEMMs a site. */
+static bool lora_bwd_du_db(qlt_backend *be, const lora_ws *L, const qlt_lora_site *sites, int k, float *du,
+                           const float *u, int64_t n, int r, float scale, bf16 *t3, int64_t ld_t3) {
     cuda_impl *impl = cuda_impl_of(be);
     cudaStream_t s = impl->stream;
     float *acc = impl->lora_acc;
     const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
+    if (impl->lora_dudb && qlt_cuda_lora_dudb(be, sites, k, L->b3, du, t3, ld_t3, u, n, r, scale)) return t3 != NULL;
     int64_t db_acc = 0; /* every site's [out_i, 2r] dB products side by side */
     for (int i = 0; i < k; i++) db_acc += sites[i].out * 2 * r;
     QLT_ASSERT(db_acc * (int64_t)sizeof(float) <= (int64_t)impl->lora_acc_bytes);
@@ -288,6 +300,7 @@ static void lora_bwd_du_db(qlt_backend *be, const lora_ws *L, const qlt_lora_sit
         }
         sum_halves_sites(s, &h);
     }
+    return false;
 }
 
 /* dA_i += du_i^T x for tokens of one chunk: one GEMM T3^T x -> [k*3r, in] (x read once) from the chunk's
@@ -316,11 +329,11 @@ void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
     const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
     QLT_ASSERT(in * k3r * (int64_t)sizeof(float) <= (int64_t)impl->lora_acc_bytes);
     float *du = scratch; /* [n, k*r] */
-    lora_bwd_du_db(be, &L, sites, k, du, u, n, r, scale);
+    const bool t3_done = lora_bwd_du_db(be, &L, sites, k, du, u, n, r, scale, n <= L.T ? L.tok : NULL, k3r);
     for (int64_t t0 = 0; t0 < n; t0 += L.T) {
         int64_t tn = n - t0 < L.T ? n - t0 : L.T;
         const bf16 *xc = (const bf16 *)x + t0 * in;
-        split3(s, L.tok, k3r, du + t0 * kr, tn, r, k);
+        if (!t3_done) split3(s, L.tok, k3r, du + t0 * kr, tn, r, k);
         lora_bwd_da(be, sites, k, L.tok, k3r, xc, tn, in, r);
         /* dx = beta dx + T3 A3: every site's du_i A_i in one GEMM (dx read and written once) */
         if (dx)
@@ -353,23 +366,24 @@ void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const ql
     lora_ws L = lora_prepare(be, site, 1, in, r, n, true);
     QLT_ASSERT(in * r3 * (int64_t)sizeof(float) <= (int64_t)impl->lora_acc_bytes);
     float *du = scratch; /* [n, r] */
-    lora_bwd_du_db(be, &L, site, 1, du, u, n, r, scale);
+    /* dY' = [dy | T3] [tn, out + 3r] in token chunks through the conversion workspace: T3 feeds dA, and
+     * dx = beta dx + dY' W'' is one GEMM (dy . W + du . A added before dx's one rounding); when one chunk
+     * holds every token, T3 is written there with du */
+    bf16 *yp = (bf16 *)impl->conv;
+    const int64_t chunk = (int64_t)(3 * QLT_CUDA_CONV_ELEMS * sizeof(float) / sizeof(bf16)) / ld;
+    QLT_ASSERT(chunk > 0);
+    const bool t3_done = lora_bwd_du_db(be, &L, site, 1, du, u, n, r, scale, n <= chunk ? yp + rows : NULL, ld);
     /* W'' = [W; A3] [out + 3r, in]: the weight as bf16 with A3's rows ([Ah; Al; Ah]) after it */
     if (be->phase) be->phase(be, QLT_PHASE_BWD_GEMM);
     bf16 *wpp = qlt_cuda_weight_bf16_room(be, w, r3);
     CUDA_CHECK(cudaMemcpyAsync(wpp + rows * in, L.a3, sizeof(bf16) * (size_t)(r3 * in), cudaMemcpyDeviceToDevice, s));
-    /* dY' = [dy | T3] [tn, out + 3r] in token chunks through the conversion workspace: T3 feeds dA, and
-     * dx = beta dx + dY' W'' is one GEMM (dy . W + du . A added before dx's one rounding) */
-    bf16 *yp = (bf16 *)impl->conv;
-    int64_t chunk = (int64_t)(3 * QLT_CUDA_CONV_ELEMS * sizeof(float) / sizeof(bf16)) / ld;
-    QLT_ASSERT(chunk > 0);
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         int64_t tn = n - t0 < chunk ? n - t0 : chunk;
         if (be->phase) be->phase(be, QLT_PHASE_LORA);
         CUDA_CHECK(cudaMemcpy2DAsync(yp, sizeof(bf16) * (size_t)ld, (const bf16 *)site->dy + t0 * site->ld,
                                      sizeof(bf16) * (size_t)site->ld, sizeof(bf16) * (size_t)rows, (size_t)tn,
                                      cudaMemcpyDeviceToDevice, s));
-        split3(s, yp + rows, ld, du + t0 * r, tn, r, 1);
+        if (!t3_done) split3(s, yp + rows, ld, du + t0 * r, tn, r, 1);
         lora_bwd_da(be, site, 1, yp + rows, ld, (const bf16 *)x + t0 * in, tn, in, r);
         if (be->phase) be->phase(be, QLT_PHASE_BWD_GEMM);
         qlt_cuda_gemm(be, 0, 0, tn, in, ld, 1.0f, yp, CUDA_R_16BF, ld, wpp, CUDA_R_16BF, in, dx_beta,
@@ -387,26 +401,29 @@ typedef struct fold_sites {
 } fold_sites;
 
 /* Columns cols.. of W' [rows, ld]: the rows of site i get scale [bh | bl | bh] of B_i in the site's 3r
- * columns and 0 in every other site's (the adapters' block diagonal of the folded product). */
+ * columns and 0 in every other site's (the adapters' block diagonal of the folded product). One thread a
+ * (row, j < r): it writes element j of every site's three blocks of its row. */
 static __global__ void fold_b_kernel(bf16 *wp, int64_t ld, int64_t cols, fold_sites f, int r, float scale) {
     int64_t rows = 0;
     for (int i = 0; i < f.k; i++) rows += f.out[i];
-    const int k3r = 3 * f.k * r;
-    const int64_t total = rows * k3r;
+    const int64_t total = rows * r;
+    const bf16 zero = __float2bfloat16(0.0f);
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
-        int64_t row = idx / k3r;
-        int c = (int)(idx - row * k3r), site = c / (3 * r), part = (c % (3 * r)) / r, j = c % r;
+        const int64_t row = idx / r;
+        const int j = (int)(idx - row * r);
         int owner = 0;
         int64_t local = row;
         while (local >= f.out[owner]) local -= f.out[owner++];
-        bf16 v = __float2bfloat16(0.0f);
-        if (owner == site) {
-            float x = scale * f.b[site][local * r + j];
-            bf16 hi = __float2bfloat16(x);
-            v = part == 1 ? __float2bfloat16(x - __bfloat162float(hi)) : hi;
+        const float x = scale * f.b[owner][local * r + j];
+        const bf16 hi = __float2bfloat16(x), lo = __float2bfloat16(x - __bfloat162float(hi));
+        bf16 *o = wp + row * ld + cols + j;
+        for (int site = 0; site < f.k; site++, o += 3 * r) {
+            const bool own = site == owner;
+            o[0] = own ? hi : zero;
+            o[r] = own ? lo : zero;
+            o[2 * r] = own ? hi : zero;
         }
-        wp[row * ld + cols + c] = v;
     }
 }
 
@@ -419,7 +436,13 @@ void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x,
     const qlt_phase was = impl->phase; /* the folded GEMM is the caller's; u and the operands are LoRA's */
     if (be->phase) be->phase(be, QLT_PHASE_LORA);
     lora_ws L = lora_prepare(be, sites, k, in, r, n, false /* the fold reads B itself */);
-    lora_u(be, &L, u, x, n, in, r, k);
+    /* X' = [x | per site (ul uh uh)] goes through the conversion workspace in token chunks; when one chunk
+     * holds every token, u's T3 is written there with u */
+    bf16 *xp = (bf16 *)impl->conv;
+    const int64_t chunk = (int64_t)(3 * QLT_CUDA_CONV_ELEMS * sizeof(float) / sizeof(bf16)) / ld;
+    QLT_ASSERT(chunk > 0);
+    const bool one_chunk = n <= chunk;
+    lora_u(be, &L, u, x, n, in, r, k, one_chunk ? xp + in : NULL, ld);
     if (be->phase) be->phase(be, was);
     /* W' = [W_0; ...; W_k-1 | scale B3 block diagonal] */
     int64_t rows;
@@ -427,17 +450,14 @@ void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x,
     fold_sites f;
     f.k = k;
     for (int i = 0; i < k; i++) f.b[i] = sites[i].b, f.out[i] = sites[i].out;
-    fold_b_kernel<<<qlt_grid(rows * 3 * kr, 256), 256, 0, s>>>(wp, ld, in, f, r, scale);
+    fold_b_kernel<<<qlt_grid(rows * r, 256), 256, 0, s>>>(wp, ld, in, f, r, scale);
     CUDA_CHECK_LAUNCH();
-    /* X' = [x | per site (ul uh uh)] in token chunks through the conversion workspace, one GEMM each */
-    bf16 *xp = (bf16 *)impl->conv;
-    int64_t chunk = (int64_t)(3 * QLT_CUDA_CONV_ELEMS * sizeof(float) / sizeof(bf16)) / ld;
-    QLT_ASSERT(chunk > 0);
+    /* one GEMM a token chunk */
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         int64_t tn = n - t0 < chunk ? n - t0 : chunk;
         CUDA_CHECK(cudaMemcpy2DAsync(xp, sizeof(bf16) * (size_t)ld, (const bf16 *)x + t0 * in, sizeof(bf16) * (size_t)in,
                                      sizeof(bf16) * (size_t)in, (size_t)tn, cudaMemcpyDeviceToDevice, s));
-        split3(s, xp + in, ld, u + t0 * kr, tn, r, k);
+        if (!one_chunk) split3(s, xp + in, ld, u + t0 * kr, tn, r, k);
         qlt_cuda_gemm(be, 0, 1, tn, rows, ld, 1.0f, xp, CUDA_R_16BF, ld, wp, CUDA_R_16BF, ld, 0.0f,
                       (bf16 *)y + t0 * rows, CUDA_R_16BF, rows);
     }

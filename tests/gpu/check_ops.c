@@ -535,12 +535,13 @@ void check_lora(void) {
     if (!gpu()) return;
     gpu_rng r = {16};
     /* n, in, r, stacked (sites share one output row), outs of up to three sites */
-    const int64_t shapes[][7] = {{7, 96, 8, 0, 64, 0, 0},        {300, 896, 16, 0, 128, 0, 0},
-                                 {1, 64, 4, 0, 96, 0, 0},        {513, 896, 64, 0, 4864, 0, 0},
+    const int64_t shapes[][7] = {{7, 96, 8, 0, 64, 0, 0},          {300, 896, 16, 0, 128, 0, 0},
+                                 {1, 64, 4, 0, 96, 0, 0},          {513, 896, 64, 0, 4864, 0, 0},
                                  {300, 896, 16, 0, 896, 128, 128}, {77, 896, 16, 1, 4864, 4864, 0},
-                                 {5, 64, 8, 1, 40, 24, 8}};
+                                 {5, 64, 8, 1, 40, 24, 8},         {1100, 256, 16, 0, 256, 64, 64},
+                                 {600, 128, 32, 1, 520, 512, 0},   {40, 96, 12, 0, 64, 0, 0}};
     const float scale = 2.0f;
-    for (int s = 0; s < 7; s++) {
+    for (int s = 0; s < 10; s++) {
         int64_t n = shapes[s][0], in = shapes[s][1], outs[3], total = 0;
         int rk = (int)shapes[s][2], stacked = (int)shapes[s][3], k = 0;
         for (int i = 0; i < 3; i++)
@@ -601,9 +602,13 @@ void check_lora(void) {
                 free(y);
             }
         }
-        /* backward: dx with beta 0 / 1 and without dx; parameter grads accumulate onto non-zero values */
+        /* backward: dx with beta 0 / 1 and without dx; parameter grads accumulate onto non-zero values; du
+         * and dB by the one-pass kernel (where the shape fits it), by cuBLAS, and by the one-pass kernel one
+         * token block a launch */
         float *dx0 = hrand(&r, n * in, 1.0f);
-        for (int variant = 0; variant < 3; variant++) { /* 0: dx beta 0, 1: dx beta 1, 2: dx NULL */
+        for (int variant = 0; variant < 5; variant++) { /* 0: dx beta 0, 1: dx beta 1, 2: dx NULL, 3, 4: as 0 */
+            const int mode = variant == 3 ? 0 : variant == 4 ? 2 : 1;
+            qlt_cuda_set_lora_dudb(G, mode);
             float beta = variant == 1 ? 1.0f : 0.0f;
             float *ga_ref[3], *gb_ref[3], *dx_ref = hcopy(dx0, n * in);
             for (int i = 0; i < k; i++) {
@@ -616,8 +621,13 @@ void check_lora(void) {
             float *scr = dpoison(4 * (size_t)(n * k * rk));
             void *ddx = variant == 2 ? NULL : variant == 1 ? dbf16(dx0, n * in) : dpoison(2 * (size_t)(n * in));
             G->lora_bwd(G, gs, k, scr, df32(u_ref, n * k * rk), dxin, ddx, beta, n, in, rk, scale);
-            const char *v = variant == 0 ? " (dx beta0)" : variant == 1 ? " (dx beta1)" : " (no dx)";
-            char name[64];
+            qlt_cuda_set_lora_dudb(G, 1);
+            const char *v = variant == 0   ? " (dx beta0)"
+                            : variant == 1 ? " (dx beta1)"
+                            : variant == 2 ? " (no dx)"
+                            : variant == 3 ? " (dx beta0, du/dB by cuBLAS)"
+                                           : " (dx beta0, du/dB a token block a launch)";
+            char name[96];
             for (int i = 0; i < k; i++) {
                 float *ga = hget_f32(gs[i].da, rk * in), *gb = hget_f32(gs[i].db, outs[i] * rk);
                 snprintf(name, sizeof name, "lora_bwd dA%d%s", i, v);
