@@ -3,8 +3,6 @@
  *              + rmsnorm -> [gate|up] (+LoRA) -> swiglu -> down (+LoRA) -> add) -> rmsnorm -> lm_head+CE */
 #include "model/forward.h"
 
-#include <math.h>
-
 #include "common/error.h"
 
 size_t qlt_loss_scratch_bytes(const qlt_model *m, int64_t n) {
@@ -35,7 +33,7 @@ static int layer_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *
     const qlt_model_config *c = &m->cfg;
     const qlt_layer *L = &m->layers[l];
     int64_t n = (int64_t)b->batch * b->seq;
-    float attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    float attn_scale = qlt_model_attn_scale(c);
     qlt_lora_ref refs[QLT_PROJ_COUNT];
     const qlt_lora_ref *lr[QLT_PROJ_COUNT];
     for (int p = 0; p < QLT_PROJ_COUNT; p++) lr[p] = lora_ref(opts, l, (qlt_proj)p, &refs[p]);

@@ -214,6 +214,8 @@ void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq) {
     }
 }
 
+float qlt_model_attn_scale(const qlt_model_config *mc) { return (float)pow((double)mc->head_dim, -0.5); }
+
 void qlt_model_proj_shape(const qlt_model_config *mc, int p, int64_t *rows, int64_t *cols) {
     int64_t h = mc->hidden, qd = (int64_t)mc->n_heads * mc->head_dim, kvd = (int64_t)mc->n_kv_heads * mc->head_dim;
     int64_t inter = mc->intermediate;
