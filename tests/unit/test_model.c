@@ -3,10 +3,16 @@
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/backend.h"
 #include "common/error.h"
+#include "io/fileutil.h"
+#include "io/safetensors.h"
+#include "model/model.h"
 #include "model/model_config.h"
+#include "test_util.h"
 
 static uint32_t bits_of(float f) {
     uint32_t u;
@@ -26,4 +32,58 @@ Test(model, attention_scale_is_head_dim_pow_minus_half) {
         cr_expect_eq(bits_of(s), want[i].bits, "head_dim %d: scale %a (0x%08x), want 0x%08x", want[i].hd, s,
                      bits_of(s), want[i].bits);
     }
+}
+
+/* tie_word_embeddings true and a checkpoint that also stores a (different) lm_head.weight: transformers
+ * ties lm_head to embed_tokens, so the embedding's values are the logits' weights. */
+Test(model, tied_lm_head_ignores_a_stored_lm_head) {
+    char *dir = test_tmpdir();
+    char *src = test_fixture_path("tiny-qwen2", "model.safetensors"), *dst = qlt_path_join(dir, "model.safetensors");
+    char *cfg_src = test_fixture_path("tiny-qwen2", "config.json"), *cfg_dst = qlt_path_join(dir, "config.json");
+    char *text = NULL;
+    cr_assert_eq(qlt_read_file(cfg_src, &text, NULL), 0);
+    cr_assert(strstr(text, "\"tie_word_embeddings\": true"), "the fixture is a tied model");
+    test_write_text(cfg_dst, text);
+    free(text);
+    qlt_st_file f;
+    cr_assert_eq(qlt_st_open(&f, src), 0, "%s", qlt_error());
+    cr_assert_null(qlt_st_find(&f, "lm_head.weight"));
+    const qlt_st_tensor *emb = qlt_st_find(&f, "model.embed_tokens.weight");
+    cr_assert(emb && emb->dtype == QLT_DTYPE_F32);
+    qlt_st_writer w;
+    qlt_st_writer_init(&w);
+    for (int i = 0; i < f.n_tensors; i++) {
+        const qlt_st_tensor *t = &f.tensors[i];
+        qlt_st_writer_add(&w, t->name, t->dtype, t->ndim, t->shape, t->data);
+    }
+    float *other = malloc(emb->nbytes); /* lm_head.weight [vocab, hidden] = 2 * embedding + 1 */
+    for (int64_t i = 0; i < emb->numel; i++) other[i] = 2.0f * ((const float *)emb->data)[i] + 1.0f;
+    qlt_st_writer_add(&w, "lm_head.weight", QLT_DTYPE_F32, 2, emb->shape, other);
+    cr_assert_eq(qlt_st_writer_write(&w, dst), 0, "%s", qlt_error());
+    qlt_st_writer_free(&w);
+
+    qlt_backend *be = qlt_backend_cpu_create(1);
+    qlt_model m;
+    cr_assert_eq(qlt_model_load(&m, be, dir, NULL), 0, "%s", qlt_error());
+    cr_expect(m.lm_head_shared);
+    int64_t vocab = m.cfg.vocab, hidden = m.cfg.hidden;
+    float *x = calloc((size_t)hidden, sizeof(float)), *logits = malloc(sizeof(float) * (size_t)vocab);
+    x[0] = 1.0f; /* logits = column 0 of the lm_head weight */
+    be->logits(be, logits, x, &m.lm_head, 1);
+    int64_t wrong = 0;
+    for (int64_t v = 0; v < vocab; v++) wrong += logits[v] != ((const float *)emb->data)[v * hidden];
+    cr_expect_eq(wrong, 0, "%lld of %lld logits come from the stored lm_head.weight, not the embedding",
+                 (long long)wrong, (long long)vocab);
+    qlt_model_free(&m);
+    be->destroy(be);
+    qlt_st_close(&f);
+    free(x);
+    free(logits);
+    free(other);
+    qlt_remove_tree(dir);
+    free(dir);
+    free(src);
+    free(dst);
+    free(cfg_src);
+    free(cfg_dst);
 }
