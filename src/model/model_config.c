@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "io/bnb_checkpoint.h"
 #include "io/fileutil.h"
 
 static const struct {
@@ -167,15 +168,8 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
     }
     mc->bos_token_id = get_token_id(root, "bos_token_id");
     mc->eos_token_id = get_token_id(root, "eos_token_id");
-    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
-    if (cJSON_IsObject(q)) {
-        const cJSON *method = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
-        const cJSON *l4 = cJSON_GetObjectItemCaseSensitive(q, "load_in_4bit");
-        if (!cJSON_IsString(method) || strcmp(method->valuestring, "bitsandbytes") != 0 || !cJSON_IsTrue(l4)) {
-            qlt_fail("%s: quantization_config is not bitsandbytes 4-bit (only bitsandbytes nf4 checkpoints load)", path);
-            goto done;
-        }
-    }
+    if (qlt_bnb_check_config(cJSON_GetObjectItemCaseSensitive(root, "quantization_config"), path, NULL) < 0)
+        goto done;
     rc = 0;
 done:
     cJSON_Delete(root);

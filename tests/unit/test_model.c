@@ -1,5 +1,5 @@
-/* test_model.c: model-level numbers that must equal transformers' exactly (the attention scale) and the
- * loader's handling of tied embeddings. */
+/* test_model.c: model-level numbers that must equal transformers' exactly (the attention scale), the
+ * loader's handling of tied embeddings, and config.json's quantization_config checked in one place. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,6 +8,7 @@
 
 #include "common/backend.h"
 #include "common/error.h"
+#include "io/bnb_checkpoint.h"
 #include "io/fileutil.h"
 #include "io/safetensors.h"
 #include "model/model.h"
@@ -86,4 +87,37 @@ Test(model, tied_lm_head_ignores_a_stored_lm_head) {
     free(dst);
     free(cfg_src);
     free(cfg_dst);
+}
+
+/* config.json's quantization_config has one validator (qlt_bnb_check_config): parsing the model config
+ * and detecting the checkpoint accept and refuse the same things with the same words. */
+Test(model, quantization_config_has_one_validator) {
+    static const char *const cases[] = {
+        "{\"quant_method\": \"bitsandbytes\", \"load_in_4bit\": true, \"bnb_4bit_quant_type\": \"fp4\"}",
+        "{\"quant_method\": \"bitsandbytes\", \"load_in_8bit\": true}",
+        "{\"quant_method\": \"gptq\"}",
+        "{\"quant_method\": \"bitsandbytes\", \"_load_in_4bit\": true}",
+        "{\"quant_method\": \"bitsandbytes\", \"load_in_4bit\": true, \"bnb_4bit_quant_storage\": \"bfloat16\"}",
+        "null",
+    };
+    char *dir = test_tmpdir(), *path = qlt_path_join(dir, "config.json");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[1024], parse_err[1024];
+        snprintf(json, sizeof json,
+                 "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 1,"
+                 "\"num_attention_heads\": 4, \"intermediate_size\": 64, \"vocab_size\": 32,"
+                 "\"quantization_config\": %s}", cases[i]);
+        test_write_text(path, json);
+        qlt_model_config mc;
+        int parsed = qlt_model_config_load(&mc, dir);
+        snprintf(parse_err, sizeof parse_err, "%s", parsed ? qlt_error() : "");
+        qlt_bnb_config bc;
+        int detected = qlt_bnb_detect(dir, &bc);
+        cr_expect_eq(parsed == 0, detected >= 0, "case %zu: config parse %d, bnb detect %d", i, parsed, detected);
+        if (parsed != 0 && detected < 0)
+            cr_expect_str_eq(parse_err, qlt_error(), "case %zu: two messages for one problem", i);
+    }
+    qlt_remove_tree(dir);
+    free(path);
+    free(dir);
 }
