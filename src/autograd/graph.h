@@ -95,7 +95,6 @@ struct qlt_graph {
     int n_values, cap_values;
     qlt_node *nodes;
     int n_nodes, cap_nodes;
-    int planned;         /* arena and tables sized: no growth allowed */
     void *ckpt_grads[2]; /* gradient checkpointing: the two hidden-state gradient buffers layers take turns on */
 };
 

@@ -58,12 +58,6 @@ static int get_bool(const cJSON *root, const char *key, int def, int *out, const
     return 0;
 }
 
-static int64_t get_token_id(const cJSON *root, const char *key) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (cJSON_IsArray(it)) it = cJSON_GetArrayItem(it, 0); /* Llama-3.1 lists several eos ids */
-    return cJSON_IsNumber(it) ? (int64_t)it->valuedouble : -1;
-}
-
 static int parse_rope(qlt_model_config *mc, const cJSON *root, const char *path) {
     /* transformers 5 nests everything under rope_parameters; older files use rope_theta + rope_scaling. */
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
@@ -166,8 +160,6 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
         qlt_fail("%s: mlp_bias = true is not supported", path);
         goto done;
     }
-    mc->bos_token_id = get_token_id(root, "bos_token_id");
-    mc->eos_token_id = get_token_id(root, "eos_token_id");
     if (qlt_bnb_check_config(cJSON_GetObjectItemCaseSensitive(root, "quantization_config"), path, NULL) < 0)
         goto done;
     rc = 0;

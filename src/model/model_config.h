@@ -38,7 +38,6 @@ typedef struct qlt_model_config {
     int attention_bias; /* q/k/v have bias (Qwen2; Llama attention_bias) */
     int qk_norm;        /* Qwen3 */
     int sliding_window; /* sliding-window attention span (Mistral); 0 = none or use_sliding_window false */
-    int64_t bos_token_id, eos_token_id; /* -1 when absent */
 } qlt_model_config;
 
 /* Reads <dir>/config.json. Errors name the file and key. */
