@@ -41,7 +41,6 @@ size_t qlt_graph_planned_bytes(qlt_graph *g) {
 int qlt_graph_commit_plan(qlt_graph *g) {
     QLT_ASSERT(g->planning);
     g->planning = 0;
-    g->planned = 1;
     size_t need = g->arena_peak;
     if (g->reuse) {
         qlt_arena_plan_pack(&g->plans[g->plan_id], ARENA_ALIGN);

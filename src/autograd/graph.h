@@ -29,15 +29,24 @@ typedef struct qlt_value {
     int grad_ready; /* grad holds a contribution */
 } qlt_value;
 
+/* Shapes: n tokens (batch * seq); "act" is the backend's activation dtype (be->act_dtype: float32 on the
+ * CPU, bf16 on CUDA); weights and saved statistics are as noted. */
 typedef enum qlt_node_kind {
-    QLT_NODE_RMSNORM = 0,
-    QLT_NODE_LINEAR,         /* a stack of projections of one input (one weight, gate+up, or q/k/v) */
-    QLT_NODE_ROPE,
-    QLT_NODE_HEAD_NORM_ROPE, /* Qwen3 q/k norm + RoPE, fused */
-    QLT_NODE_ATTENTION,
-    QLT_NODE_SWIGLU,
-    QLT_NODE_ADD,
-    QLT_NODE_CUSTOM, /* a block whose backward is supplied by its creator (gradient checkpointing) */
+    QLT_NODE_RMSNORM = 0,    /* x [n, d] act, w [d] f32 -> y [n, d] act; saves rstd [n] f32 */
+    QLT_NODE_LINEAR,         /* a stack of k projections of one input (one weight, gate+up, or q/k/v):
+                              * x [n, in] act, W_i [out_i, in] (f32, bf16, f16 or NF4), bias_i [out_i] f32 ->
+                              * stacked: y [n, sum out_i] act; else y_i [n, out_i] act each; with LoRA
+                              * A_i [r, in], B_i [out_i, r] f32, saves u [n, n_lora * r] f32 */
+    QLT_NODE_ROPE,           /* x [n, heads * head_dim] act, rotated in place (y shares x's storage);
+                              * pos [n] int32, inv_freq [head_dim / 2] f32 */
+    QLT_NODE_HEAD_NORM_ROPE, /* Qwen3 q/k norm + RoPE, fused: x [n, heads * head_dim] act, w [head_dim] f32 ->
+                              * y [n, heads * head_dim] act; saves rstd [n * heads] f32 */
+    QLT_NODE_ATTENTION,      /* q [n, n_heads * head_dim], k / v [n, n_kv_heads * head_dim] act ->
+                              * y [n, n_heads * head_dim] act; seg_start [n] int32; saves lse [n, n_heads] f32 */
+    QLT_NODE_SWIGLU,         /* gu [n, 2 * inter] act (gate | up) -> h [n, inter] act */
+    QLT_NODE_ADD,            /* a, b [count] act -> y [count] act */
+    QLT_NODE_CUSTOM,         /* a block whose backward is supplied by its creator (gradient checkpointing):
+                              * in and out values of the same count, [n, hidden] for a layer */
 } qlt_node_kind;
 
 typedef struct qlt_graph qlt_graph;
@@ -95,7 +104,6 @@ struct qlt_graph {
     int n_values, cap_values;
     qlt_node *nodes;
     int n_nodes, cap_nodes;
-    int planned;         /* arena and tables sized: no growth allowed */
     void *ckpt_grads[2]; /* gradient checkpointing: the two hidden-state gradient buffers layers take turns on */
 };
 

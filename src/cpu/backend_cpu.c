@@ -22,7 +22,27 @@ typedef struct cpu_impl {
     size_t live_bytes, peak_bytes;
 } cpu_impl;
 
-/* Every allocation carries its size in a 64-byte header, for the peak-memory figure. */
+/* Bytes held, for the peak-memory figure: as the CUDA backend counts, every allocation the backend holds
+ * (be->alloc, NF4 weight storage, the dequantization scratch), so both report the same kind of peak. */
+static void track(cpu_impl *impl, int64_t bytes) {
+    if (bytes < 0) {
+        impl->live_bytes -= (size_t)(-bytes);
+        return;
+    }
+    impl->live_bytes += (size_t)bytes;
+    if (impl->live_bytes > impl->peak_bytes) impl->peak_bytes = impl->live_bytes;
+}
+
+/* What qlt_nf4_alloc_host holds for q: codes, the 16-entry codebook, and the absmax (float32 [nblocks], or
+ * uint8 [nblocks] + nested float32 absmax + the 256-entry nested map). */
+static int64_t nf4_host_bytes(const qlt_nf4 *q) {
+    int64_t bytes = (q->numel + 1) / 2 + (int64_t)sizeof(float) * 16;
+    if (q->double_quant) bytes += q->nblocks + (int64_t)sizeof(float) * (q->nested_nblocks + 256);
+    else bytes += (int64_t)sizeof(float) * q->nblocks;
+    return bytes;
+}
+
+/* Every be->alloc allocation carries its size in a 64-byte header. */
 #define CPU_ALLOC_HEADER 64
 
 static void *cpu_alloc(qlt_backend *be, size_t bytes) {
@@ -30,8 +50,7 @@ static void *cpu_alloc(qlt_backend *be, size_t bytes) {
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes + CPU_ALLOC_HEADER) != 0) return NULL;
     *(size_t *)p = bytes;
-    impl->live_bytes += bytes;
-    if (impl->live_bytes > impl->peak_bytes) impl->peak_bytes = impl->live_bytes;
+    track(impl, (int64_t)bytes);
     return (char *)p + CPU_ALLOC_HEADER;
 }
 
@@ -39,7 +58,7 @@ static void cpu_free(qlt_backend *be, void *p) {
     if (!p) return;
     cpu_impl *impl = be->impl;
     char *base = (char *)p - CPU_ALLOC_HEADER;
-    impl->live_bytes -= *(size_t *)base;
+    track(impl, -(int64_t)*(size_t *)base);
     free(base);
 }
 
@@ -106,8 +125,10 @@ static const float *cpu_weight_f32(qlt_backend *be, const qlt_weight *w) {
 static int cpu_reserve_dequant(qlt_backend *be, int64_t numel) {
     cpu_impl *impl = be->impl;
     if (numel > impl->dequant_cap) {
+        track(impl, -(int64_t)sizeof(float) * impl->dequant_cap);
         impl->dequant = qlt_xrealloc(impl->dequant, sizeof(float) * (size_t)numel);
         impl->dequant_cap = numel;
+        track(impl, (int64_t)sizeof(float) * numel);
     }
     return 0;
 }
@@ -128,6 +149,7 @@ static int cpu_weight_create(qlt_backend *be, qlt_weight *w, const void *host, q
     QLT_TRY(qlt_nf4_check_blocksize(nf4_blocksize));
     w->format = QLT_WFORMAT_NF4;
     QLT_TRY(qlt_nf4_alloc_host(&w->nf4, numel, nf4_blocksize, double_quant));
+    track(be->impl, nf4_host_bytes(&w->nf4));
     /* float32 first: the stored tensor may sit unaligned in the mapped file */
     float *dense = qlt_xmalloc(sizeof(float) * (size_t)numel);
     qlt_convert_to_f32(dense, host, dtype, (size_t)numel);
@@ -143,12 +165,17 @@ static int cpu_weight_from_nf4(qlt_backend *be, qlt_weight *w, qlt_nf4 *host, in
     w->cols = cols;
     w->nf4 = *host;
     memset(host, 0, sizeof *host);
+    track(be->impl, nf4_host_bytes(&w->nf4));
     return cpu_reserve_dequant(be, rows * cols);
 }
 
 static void cpu_weight_free(qlt_backend *be, qlt_weight *w) {
-    if (w->format == QLT_WFORMAT_NF4) qlt_nf4_free_host(&w->nf4);
-    else cpu_free(be, w->data);
+    if (w->format == QLT_WFORMAT_NF4) {
+        track(be->impl, -nf4_host_bytes(&w->nf4));
+        qlt_nf4_free_host(&w->nf4);
+    } else {
+        cpu_free(be, w->data);
+    }
     memset(w, 0, sizeof *w);
 }
 

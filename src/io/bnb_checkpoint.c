@@ -33,9 +33,37 @@ static int parse_torch_dtype(const char *s, qlt_dtype *out) {
     return 0;
 }
 
-int qlt_bnb_detect(const char *model_dir, qlt_bnb_config *cfg) {
+int qlt_bnb_check_config(const cJSON *qc, const char *path, qlt_bnb_config *cfg) {
+    qlt_bnb_config unused;
+    if (!cfg) cfg = &unused;
     memset(cfg, 0, sizeof *cfg);
-    cfg->compute_dtype = QLT_DTYPE_F32;
+    if (!qc || cJSON_IsNull(qc)) return 0; /* not quantized */
+    if (!cJSON_IsObject(qc)) return qlt_fail("%s: quantization_config must be an object", path);
+    const cJSON *method = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
+    if (!cJSON_IsString(method) || strcmp(method->valuestring, "bitsandbytes") != 0)
+        return qlt_fail("%s: quantization_config.quant_method is %s: only bitsandbytes 4-bit NF4 checkpoints load "
+                        "(or use the unquantized model; model.quant: nf4 quantizes it on load)",
+                        path, cJSON_IsString(method) ? method->valuestring : "missing");
+    const cJSON *l4 = cJSON_GetObjectItemCaseSensitive(qc, "load_in_4bit");
+    if (!l4) l4 = cJSON_GetObjectItemCaseSensitive(qc, "_load_in_4bit");
+    if (!cJSON_IsTrue(l4))
+        return qlt_fail("%s: quantization_config is bitsandbytes but not load_in_4bit (8-bit checkpoints are not "
+                        "supported: use the unquantized model)", path);
+    const cJSON *qt = cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_quant_type");
+    if (cJSON_IsString(qt) && strcmp(qt->valuestring, "nf4") != 0)
+        return qlt_fail("%s: bnb_4bit_quant_type is '%s': only nf4 is supported", path, qt->valuestring);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_quant_storage");
+    if (cJSON_IsString(st) && strcmp(st->valuestring, "uint8") != 0)
+        return qlt_fail("%s: bnb_4bit_quant_storage is '%s': only uint8 is supported", path, st->valuestring);
+    const cJSON *cd = cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_compute_dtype");
+    qlt_dtype compute;
+    if (cJSON_IsString(cd) && parse_torch_dtype(cd->valuestring, &compute) != 0)
+        return qlt_fail("%s: bnb_4bit_compute_dtype '%s' is not float32, float16 or bfloat16", path, cd->valuestring);
+    cfg->double_quant = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_use_double_quant"));
+    return 1;
+}
+
+int qlt_bnb_detect(const char *model_dir, qlt_bnb_config *cfg) {
     char *path = qlt_path_join(model_dir, "config.json"), *text = NULL;
     size_t len;
     if (qlt_read_file(path, &text, &len) != 0) {
@@ -44,45 +72,9 @@ int qlt_bnb_detect(const char *model_dir, qlt_bnb_config *cfg) {
     }
     cJSON *root = cJSON_Parse(text);
     free(text);
-    int rc = 0;
-    if (!root || !cJSON_IsObject(root)) {
-        rc = qlt_fail("%s: not a JSON object", path);
-        goto done;
-    }
-    const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
-    if (!qc) goto done; /* not quantized */
-    const cJSON *method = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
-    if (!cJSON_IsString(method) || strcmp(method->valuestring, "bitsandbytes") != 0) {
-        rc = qlt_fail("%s: quantization_config.quant_method is %s: only bitsandbytes 4-bit NF4 checkpoints load "
-                      "(or use the unquantized model; model.quant: nf4 quantizes it on load)",
-                      path, cJSON_IsString(method) ? method->valuestring : "missing");
-        goto done;
-    }
-    const cJSON *l4 = cJSON_GetObjectItemCaseSensitive(qc, "load_in_4bit");
-    if (!l4) l4 = cJSON_GetObjectItemCaseSensitive(qc, "_load_in_4bit");
-    if (!cJSON_IsTrue(l4)) {
-        rc = qlt_fail("%s: quantization_config is bitsandbytes but not load_in_4bit (8-bit checkpoints are not "
-                      "supported: use the unquantized model)", path);
-        goto done;
-    }
-    const cJSON *qt = cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_quant_type");
-    if (cJSON_IsString(qt) && strcmp(qt->valuestring, "nf4") != 0) {
-        rc = qlt_fail("%s: bnb_4bit_quant_type is '%s': only nf4 is supported", path, qt->valuestring);
-        goto done;
-    }
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_quant_storage");
-    if (cJSON_IsString(st) && strcmp(st->valuestring, "uint8") != 0) {
-        rc = qlt_fail("%s: bnb_4bit_quant_storage is '%s': only uint8 is supported", path, st->valuestring);
-        goto done;
-    }
-    cfg->double_quant = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_use_double_quant"));
-    const cJSON *cd = cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_compute_dtype");
-    if (cJSON_IsString(cd) && parse_torch_dtype(cd->valuestring, &cfg->compute_dtype) != 0) {
-        rc = qlt_fail("%s: bnb_4bit_compute_dtype '%s' is not float32, float16 or bfloat16", path, cd->valuestring);
-        goto done;
-    }
-    rc = 1;
-done:
+    int rc = !root || !cJSON_IsObject(root)
+                 ? qlt_fail("%s: not a JSON object", path)
+                 : qlt_bnb_check_config(cJSON_GetObjectItemCaseSensitive(root, "quantization_config"), path, cfg);
     cJSON_Delete(root);
     free(path);
     return rc;

@@ -23,13 +23,17 @@
 #include "model/weight.h"
 
 typedef struct qlt_bnb_config {
-    int double_quant;        /* bnb_4bit_use_double_quant */
-    qlt_dtype compute_dtype; /* bnb_4bit_compute_dtype (F32 when absent) */
+    int double_quant; /* bnb_4bit_use_double_quant */
 } qlt_bnb_config;
 
-/* Reads <model_dir>/config.json: returns 1 and fills cfg for a bitsandbytes 4-bit NF4 checkpoint, 0 for an
- * unquantized model (no quantization_config), -1 with qlt_fail for anything else (8-bit, fp4, another
- * quant_method, a quant_storage other than uint8, unreadable JSON). */
+struct cJSON;
+/* The one validation of a config.json "quantization_config" value qc (NULL or null: not quantized):
+ * returns 1 and fills cfg (may be NULL) for bitsandbytes 4-bit NF4, 0 when not quantized, -1 with
+ * qlt_fail naming path for anything else (8-bit, fp4, another quant_method, a quant_storage other than
+ * uint8, a compute dtype other than float32 / float16 / bfloat16). */
+int qlt_bnb_check_config(const struct cJSON *qc, const char *path, qlt_bnb_config *cfg);
+/* Reads <model_dir>/config.json and applies qlt_bnb_check_config to its quantization_config (-1 too for
+ * unreadable JSON). */
 int qlt_bnb_detect(const char *model_dir, qlt_bnb_config *cfg);
 
 /* True when the directory holds P.weight.quant_state.bitsandbytes__nf4 (P quantized). */

@@ -3,8 +3,6 @@
  *              + rmsnorm -> [gate|up] (+LoRA) -> swiglu -> down (+LoRA) -> add) -> rmsnorm -> lm_head+CE */
 #include "model/forward.h"
 
-#include <math.h>
-
 #include "common/error.h"
 
 size_t qlt_loss_scratch_bytes(const qlt_model *m, int64_t n) {
@@ -16,9 +14,9 @@ static const qlt_lora_ref *lora_ref(const qlt_forward_opts *o, int layer, qlt_pr
     if (!l || !l->slots[layer][p].active) return NULL;
     const qlt_lora_slot *s = &l->slots[layer][p];
     ref->a = l->params + s->offset_a;
-    ref->b = l->params + s->offset_a + (int64_t)l->r * s->in;
+    ref->b = l->params + qlt_lora_offset_b(l, s);
     ref->da = l->grads + s->offset_a;
-    ref->db = l->grads + s->offset_a + (int64_t)l->r * s->in;
+    ref->db = l->grads + qlt_lora_offset_b(l, s);
     ref->r = l->r;
     ref->scale = l->scale;
     ref->dropout = o->train ? l->dropout : 0.0f;
@@ -35,15 +33,20 @@ static int layer_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *
     const qlt_model_config *c = &m->cfg;
     const qlt_layer *L = &m->layers[l];
     int64_t n = (int64_t)b->batch * b->seq;
-    float attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    float attn_scale = qlt_model_attn_scale(c);
     qlt_lora_ref refs[QLT_PROJ_COUNT];
     const qlt_lora_ref *lr[QLT_PROJ_COUNT];
     for (int p = 0; p < QLT_PROJ_COUNT; p++) lr[p] = lora_ref(opts, l, (qlt_proj)p, &refs[p]);
     int xn = qlt_ag_rmsnorm(g, h, L->attn_norm, n, c->hidden, c->rms_eps);
-    const qlt_weight *qkv_w[3] = {&L->proj[QLT_PROJ_Q], &L->proj[QLT_PROJ_K], &L->proj[QLT_PROJ_V]};
-    const float *qkv_bias[3] = {L->bias[0], L->bias[1], L->bias[2]};
+    const qlt_proj_group *gqkv = &qlt_proj_groups[QLT_GROUP_QKV];
+    const qlt_weight *qkv_w[3];
+    const float *qkv_bias[3];
+    for (int j = 0; j < gqkv->count; j++) {
+        qkv_w[j] = &L->proj[gqkv->first + j];
+        qkv_bias[j] = L->bias[gqkv->first + j];
+    }
     int qkv[3];
-    qlt_ag_linear_group(g, xn, 3, qkv_w, qkv_bias, &lr[QLT_PROJ_Q], 0, n, qkv);
+    qlt_ag_linear_group(g, xn, gqkv->count, qkv_w, qkv_bias, &lr[gqkv->first], 0, n, qkv);
     int q = qkv[0], k = qkv[1], v = qkv[2];
     if (c->qk_norm) {
         q = qlt_ag_head_norm_rope(g, q, L->q_norm, b->positions, m->inv_freq, n, c->n_heads, c->head_dim, c->rms_eps);
@@ -55,13 +58,17 @@ static int layer_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *
     }
     int a = qlt_ag_attention(g, q, k, v, b->seg_start, b->batch, b->seq, c->n_heads, c->n_kv_heads, c->head_dim,
                              attn_scale);
-    int o = qlt_ag_linear(g, a, &L->proj[QLT_PROJ_O], NULL, lr[QLT_PROJ_O], n);
+    int o = qlt_ag_linear(g, a, &L->proj[qlt_proj_groups[QLT_GROUP_O].first], NULL,
+                          lr[qlt_proj_groups[QLT_GROUP_O].first], n);
     int xm = qlt_ag_add_rmsnorm(g, h, o, L->mlp_norm, n, c->hidden, c->rms_eps, &h);
-    const qlt_weight *gu_w[2] = {&L->proj[QLT_PROJ_GATE], &L->proj[QLT_PROJ_UP]};
+    const qlt_proj_group *ggu = &qlt_proj_groups[QLT_GROUP_GATE_UP];
+    const qlt_weight *gu_w[2];
+    for (int j = 0; j < ggu->count; j++) gu_w[j] = &L->proj[ggu->first + j];
     int gu;
-    qlt_ag_linear_group(g, xm, 2, gu_w, NULL, &lr[QLT_PROJ_GATE], 1, n, &gu);
+    qlt_ag_linear_group(g, xm, ggu->count, gu_w, NULL, &lr[ggu->first], 1, n, &gu);
     int act = qlt_ag_swiglu(g, gu, n, c->intermediate);
-    int down = qlt_ag_linear(g, act, &L->proj[QLT_PROJ_DOWN], NULL, lr[QLT_PROJ_DOWN], n);
+    int down = qlt_ag_linear(g, act, &L->proj[qlt_proj_groups[QLT_GROUP_DOWN].first], NULL,
+                             lr[qlt_proj_groups[QLT_GROUP_DOWN].first], n);
     return qlt_ag_add(g, h, down);
 }
 

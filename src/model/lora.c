@@ -16,6 +16,13 @@
 static const unsigned proj_target_bit[QLT_PROJ_COUNT] = {QLT_TARGET_Q, QLT_TARGET_K, QLT_TARGET_V, QLT_TARGET_O,
                                                          QLT_TARGET_GATE, QLT_TARGET_UP, QLT_TARGET_DOWN};
 
+const qlt_proj_group qlt_proj_groups[QLT_GROUP_COUNT] = {
+    [QLT_GROUP_QKV] = {QLT_PROJ_Q, 3},
+    [QLT_GROUP_O] = {QLT_PROJ_O, 1},
+    [QLT_GROUP_GATE_UP] = {QLT_PROJ_GATE, 2},
+    [QLT_GROUP_DOWN] = {QLT_PROJ_DOWN, 1},
+};
+
 void qlt_lora_tensor_name(char *buf, size_t size, int layer, qlt_proj p, char which) {
     snprintf(buf, size, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer, qlt_proj_parent(p),
              qlt_proj_name(p), which);
@@ -62,16 +69,14 @@ int qlt_lora_create(qlt_lora *lora, const qlt_model *model, int r, float alpha, 
     be->zero(be, lora->grads, bytes);
     be->zero(be, lora->m, bytes);
     be->zero(be, lora->v, bytes);
-    /* the groups the forward hands the backend (src/model/forward.c: q/k/v, o, gate/up, down, each the
-     * projections of it that carry an adapter): it sizes its workspaces for them now, not in a step */
-    static const int groups[4][4] = {{QLT_PROJ_Q, QLT_PROJ_K, QLT_PROJ_V, -1}, {QLT_PROJ_O, -1},
-                                     {QLT_PROJ_GATE, QLT_PROJ_UP, -1}, {QLT_PROJ_DOWN, -1}};
+    /* the groups the forward hands the backend, each the projections of it that carry an adapter: it
+     * sizes its workspaces for them now, not in a step */
     for (int l = 0; l < lora->n_layers && be->lora_group_prepare; l++) {
-        for (int gi = 0; gi < 4; gi++) {
+        for (int gi = 0; gi < QLT_GROUP_COUNT; gi++) {
             int64_t outs[QLT_STACK_MAX], in = 0;
             int k = 0;
-            for (int j = 0; groups[gi][j] >= 0; j++) {
-                const qlt_lora_slot *s = &lora->slots[l][groups[gi][j]];
+            for (int j = 0; j < qlt_proj_groups[gi].count; j++) {
+                const qlt_lora_slot *s = &lora->slots[l][qlt_proj_groups[gi].first + j];
                 if (!s->active) continue;
                 in = s->in;
                 outs[k++] = s->out;
@@ -195,7 +200,7 @@ int qlt_lora_load_peft(qlt_lora *lora, const char *dir) {
                     rc = qlt_fail("%s: tensor '%s' should be a float [%lld, %lld] matrix", path, name, (long long)rows,
                                   (long long)cols);
                 } else {
-                    qlt_st_read_f32(t, host + s->offset_a + (which ? (int64_t)lora->r * s->in : 0));
+                    qlt_st_read_f32(t, host + (which ? qlt_lora_offset_b(lora, s) : s->offset_a));
                     used++;
                 }
             }
@@ -229,7 +234,7 @@ int qlt_lora_save_peft(const qlt_lora *lora, const qlt_model_config *mc, const c
             qlt_lora_tensor_name(name, sizeof name, l, p, 'A');
             qlt_st_writer_add(&w, name, QLT_DTYPE_F32, 2, shape_a, host + s->offset_a);
             qlt_lora_tensor_name(name, sizeof name, l, p, 'B');
-            qlt_st_writer_add(&w, name, QLT_DTYPE_F32, 2, shape_b, host + s->offset_a + (int64_t)lora->r * s->in);
+            qlt_st_writer_add(&w, name, QLT_DTYPE_F32, 2, shape_b, host + qlt_lora_offset_b(lora, s));
         }
     }
     free(host);

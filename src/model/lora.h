@@ -31,6 +31,22 @@ typedef struct qlt_lora {
     float *params, *grads, *m, *v; /* backend memory, [n_params] each */
 } qlt_lora;
 
+/* Element offset of B [out, r] in the arenas: right after A [r, in]. */
+static inline int64_t qlt_lora_offset_b(const qlt_lora *lora, const qlt_lora_slot *s) {
+    return s->offset_a + (int64_t)lora->r * s->in;
+}
+
+/* The groups of projections that read one input, in forward order: q/k/v (from the attention norm), o,
+ * gate/up (from the MLP norm, stacked), down. The forward hands each to the backend as one linear group
+ * (qlt_ag_linear_group) and qlt_lora_create sizes the backend's workspaces for the same groups. A group is
+ * the consecutive projections first .. first + count - 1 in qlt_proj order. */
+enum { QLT_GROUP_QKV = 0, QLT_GROUP_O, QLT_GROUP_GATE_UP, QLT_GROUP_DOWN, QLT_GROUP_COUNT };
+typedef struct qlt_proj_group {
+    qlt_proj first;
+    int count;
+} qlt_proj_group;
+extern const qlt_proj_group qlt_proj_groups[QLT_GROUP_COUNT];
+
 /* Allocates adapters for `targets` on every layer; parameters zero (use init or load next). */
 int qlt_lora_create(qlt_lora *lora, const qlt_model *model, int r, float alpha, unsigned targets, int rslora,
                     float dropout);

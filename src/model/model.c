@@ -116,7 +116,7 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
     char name[256];
     if (load_matrix(m, &d, dir, "model.embed_tokens.weight", c->vocab, h, 0, 0, &m->embed)) goto done;
     if (load_vector(m, &d, dir, "model.norm.weight", h, &m->final_norm)) goto done;
-    if (c->tie_word_embeddings && !qlt_st_dir_find(&d, "lm_head.weight")) {
+    if (c->tie_word_embeddings) { /* as transformers ties it: a stored lm_head.weight is ignored */
         m->lm_head = m->embed;
         m->lm_head_shared = 1;
     } else if (load_matrix(m, &d, dir, "lm_head.weight", c->vocab, h, 0, 0, &m->lm_head)) {

@@ -35,7 +35,8 @@ typedef struct qlt_model {
     qlt_model_config cfg;
     qlt_backend *be;
     qlt_weight embed;    /* [vocab, hidden], dense */
-    qlt_weight lm_head;  /* [vocab, hidden]; shares embed's data when tied */
+    qlt_weight lm_head;  /* [vocab, hidden]; shares embed's data when tied (tie_word_embeddings), even
+                            when the checkpoint also stores an lm_head.weight: transformers ties it too */
     int lm_head_shared;
     float *final_norm;   /* [hidden] */
     float *inv_freq;     /* [head_dim / 2] RoPE frequencies */

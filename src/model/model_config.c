@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "io/bnb_checkpoint.h"
 #include "io/fileutil.h"
 
 static const struct {
@@ -55,12 +56,6 @@ static int get_bool(const cJSON *root, const char *key, int def, int *out, const
     if (!cJSON_IsBool(it)) return qlt_fail("%s: '%s' must be true or false", path, key);
     *out = cJSON_IsTrue(it);
     return 0;
-}
-
-static int64_t get_token_id(const cJSON *root, const char *key) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (cJSON_IsArray(it)) it = cJSON_GetArrayItem(it, 0); /* Llama-3.1 lists several eos ids */
-    return cJSON_IsNumber(it) ? (int64_t)it->valuedouble : -1;
 }
 
 static int parse_rope(qlt_model_config *mc, const cJSON *root, const char *path) {
@@ -165,17 +160,8 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
         qlt_fail("%s: mlp_bias = true is not supported", path);
         goto done;
     }
-    mc->bos_token_id = get_token_id(root, "bos_token_id");
-    mc->eos_token_id = get_token_id(root, "eos_token_id");
-    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
-    if (cJSON_IsObject(q)) {
-        const cJSON *method = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
-        const cJSON *l4 = cJSON_GetObjectItemCaseSensitive(q, "load_in_4bit");
-        if (!cJSON_IsString(method) || strcmp(method->valuestring, "bitsandbytes") != 0 || !cJSON_IsTrue(l4)) {
-            qlt_fail("%s: quantization_config is not bitsandbytes 4-bit (only bitsandbytes nf4 checkpoints load)", path);
-            goto done;
-        }
-    }
+    if (qlt_bnb_check_config(cJSON_GetObjectItemCaseSensitive(root, "quantization_config"), path, NULL) < 0)
+        goto done;
     rc = 0;
 done:
     cJSON_Delete(root);
@@ -213,6 +199,8 @@ void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq) {
         inv_freq[i] = (float)f;
     }
 }
+
+float qlt_model_attn_scale(const qlt_model_config *mc) { return (float)pow((double)mc->head_dim, -0.5); }
 
 void qlt_model_proj_shape(const qlt_model_config *mc, int p, int64_t *rows, int64_t *cols) {
     int64_t h = mc->hidden, qd = (int64_t)mc->n_heads * mc->head_dim, kvd = (int64_t)mc->n_kv_heads * mc->head_dim;

@@ -38,7 +38,6 @@ typedef struct qlt_model_config {
     int attention_bias; /* q/k/v have bias (Qwen2; Llama attention_bias) */
     int qk_norm;        /* Qwen3 */
     int sliding_window; /* sliding-window attention span (Mistral); 0 = none or use_sliding_window false */
-    int64_t bos_token_id, eos_token_id; /* -1 when absent */
 } qlt_model_config;
 
 /* Reads <dir>/config.json. Errors name the file and key. */
@@ -47,6 +46,9 @@ int qlt_model_config_load(qlt_model_config *mc, const char *dir);
 int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const char *path);
 /* inv_freq[i], i < head_dim/2, with the config's RoPE scaling applied (as transformers computes it). */
 void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq);
+/* The attention softmax scale as transformers forms it: head_dim ** -0.5 in Python (C pow in double),
+ * then handed to the float32 kernel. 1.0f / sqrtf(head_dim) is 1 ulp off for e.g. 96 and 112. */
+float qlt_model_attn_scale(const qlt_model_config *mc);
 /* Shape [rows = out_features, cols = in_features] of projection p (0..6: q, k, v, o, gate, up, down). */
 void qlt_model_proj_shape(const qlt_model_config *mc, int p, int64_t *rows, int64_t *cols);
 /* Parameter counts. */

@@ -241,7 +241,7 @@ ParameterizedTest(golden_case *c, golden, dropout_gradients) {
         for (int p = 0; p < QLT_PROJ_COUNT; p++) {
             const qlt_lora_slot *s = &r.lora.slots[layers[li]][p];
             for (int which = 0; which < 2; which++) {
-                int64_t off = s->offset_a + (which ? (int64_t)r.lora.r * s->in : 0);
+                int64_t off = which ? qlt_lora_offset_b(&r.lora, s) : s->offset_a;
                 int64_t count = which ? s->out * r.lora.r : r.lora.r * s->in, best = off;
                 for (int64_t i = off; i < off + count; i++)
                     if (fabsf(grads[i]) > fabsf(grads[best])) best = i;

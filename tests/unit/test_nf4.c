@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/backend.h"
 #include "common/error.h"
 #include "cpu/nf4.h"
 
@@ -349,4 +350,29 @@ Test(nf4, rcp_emulation_table) {
         memcpy(&x, &bits, 4);
         cr_assert_eq(qlt_nf4_bnb_rcp(x), 1.0f / x);
     }
+}
+
+/* The CPU backend's peak_bytes counts NF4 weight storage (codes, codebook, absmax and the nested ones) and
+ * the dequantization scratch, as the CUDA backend counts its device memory; freeing gives it back. */
+Test(nf4, cpu_peak_bytes_count_nf4_weights) {
+    const int64_t rows = 256, cols = 96, numel = rows * cols;
+    float *x = malloc(sizeof(float) * (size_t)numel);
+    for (int64_t i = 0; i < numel; i++) x[i] = (float)((i * 37) % 101 - 50) / 50.0f;
+    for (int dq = 0; dq < 2; dq++) {
+        qlt_backend *be = qlt_backend_cpu_create(1);
+        cr_assert_eq(be->peak_bytes(be), 0);
+        qlt_weight w;
+        cr_assert_eq(be->weight_create(be, &w, x, QLT_DTYPE_F32, rows, cols, 64, dq), 0, "%s", qlt_error());
+        int64_t nblocks = numel / 64, nested = (nblocks + 255) / 256;
+        int64_t nf4 = numel / 2 + 16 * 4 + (dq ? nblocks + 4 * (nested + 256) : 4 * nblocks);
+        int64_t want = nf4 + 4 * numel; /* + the float32 dequantization scratch for one [rows, cols] weight */
+        cr_expect_eq((int64_t)be->peak_bytes(be), want, "double_quant %d: peak %lld, want %lld", dq,
+                     (long long)be->peak_bytes(be), (long long)want);
+        be->weight_free(be, &w); /* gives the NF4 bytes back: a second weight does not raise the peak */
+        cr_assert_eq(be->weight_create(be, &w, x, QLT_DTYPE_F32, rows, cols, 64, dq), 0, "%s", qlt_error());
+        cr_expect_eq((int64_t)be->peak_bytes(be), want);
+        be->weight_free(be, &w);
+        be->destroy(be);
+    }
+    free(x);
 }

@@ -99,7 +99,7 @@ void test_check_lora_grads(const qlt_lora *lora, const qlt_st_file *golden, doub
                 snprintf(gname, sizeof gname, "grad.%s", name);
                 int64_t numel;
                 float *ref = test_read_f32(golden, gname, &numel);
-                const float *got = lora->grads + s->offset_a + (which ? (int64_t)lora->r * s->in : 0);
+                const float *got = lora->grads + (which ? qlt_lora_offset_b(lora, s) : s->offset_a);
                 cr_assert_eq(numel, which ? s->out * lora->r : lora->r * s->in, "%s%s: numel %lld", what, gname,
                              (long long)numel);
                 double err = test_rel_err(got, ref, numel);
