@@ -187,6 +187,35 @@ Test(train, grad_accum_matches_full_batch) {
     free(tmp);
 }
 
+/* Token ids and labels outside the model's vocabulary (a tokens file, or a tokenizer of another model) are a
+ * one-line error naming the data set and the row, not an assertion in the embedding (CPU), a read past the
+ * logits in the loss (a label) or past the embedding table (CUDA). */
+Test(train, token_ids_outside_the_vocabulary) {
+    char *tmp = test_tmpdir();
+    char *tokens = qlt_path_join(tmp, "bad.jsonl"), *out = qlt_path_join(tmp, "run");
+    const char *lines[2] = {"{\"input_ids\": [1, 2, 3, 4]}\n{\"input_ids\": [1, 2, 99999, 4]}\n",
+                            "{\"input_ids\": [1, 2, 3, 4], \"labels\": [1, 2, 3, 5000]}\n{\"input_ids\": [1, 2]}\n"};
+    const char *needles[2] = {"data.train: token id 99999 (row 1, position 2)", "data.train: label 5000 (row 0, position 3)"};
+    for (int k = 0; k < 2; k++) {
+        test_write_text(tokens, lines[k]);
+        for (int mode = 0; mode < 2; mode++) {
+            qlt_config cfg;
+            golden_config(&cfg, "tiny-llama", tokens, out, 4); /* tiny-llama: vocab 384 */
+            qlt_trainer t;
+            qlt_error_clear();
+            cr_assert_eq(qlt_trainer_init(&t, &cfg, mode ? QLT_TRAINER_EVAL : QLT_TRAINER_TRAIN), -1,
+                         "ids outside the vocabulary must be refused");
+            cr_expect(strstr(qlt_error(), needles[k]) && strstr(qlt_error(), "vocabulary of 384 ids"), "%s",
+                      qlt_error());
+            qlt_config_free(&cfg);
+        }
+    }
+    qlt_remove_tree(tmp);
+    free(tokens);
+    free(out);
+    free(tmp);
+}
+
 /* 16 random rows of 24 tokens for tiny-qwen3. */
 static void write_random_tokens(const char *path) {
     FILE *f = fopen(path, "w");
