@@ -235,6 +235,9 @@ Test(dataset, bad_lines_name_file_and_line) {
     expect_bad("text", "{\"text\": \"Hi\"}\n{\"text\": 5}\n", "must be a string");
     expect_bad("text", "{\"text\": \"Hi\"}\n\n", "empty line");
     expect_bad("text", "{\"text\": \"Hi\"}\n[1]\n", "not a JSON object");
+    /* two records run together: the second used to be dropped silently */
+    expect_bad("text", "{\"text\": \"Hi\"}\n{\"text\": \"a\"} {\"text\": \"b\"}\n", "text after the JSON object (near column 15)");
+    expect_bad("text", "{\"text\": \"Hi\"}\n{\"text\": \"a\"},\n", "text after the JSON object");
     expect_bad("completion", "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\"}\n", "\"completion\"");
     expect_bad("chat", "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n{\"messages\": [{\"role\": 1}]}\n",
                "messages[0]");
