@@ -202,6 +202,24 @@ Test(dataset, chat_llama3_trains_assistant_turns) {
     free(path);
 }
 
+/* Llama-3's chat template renders message['content'] | trim: white space around the content (Python's
+ * str.isspace, Unicode included) is not part of the conversation. */
+Test(dataset, chat_llama3_trims_content) {
+    if (!qlt_file_exists(TOK_LLAMA3)) cr_skip_test("../shared/assets/tokenizers/llama3 absent");
+    char *path = write_file("a.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \" \\tHi\\u3000\\n\"},"
+                                       " {\"role\": \"assistant\", \"content\": \"\\n\\nHello \\u00a0\"}]}\n");
+    qlt_config cfg = make_cfg("chat", 16, 0);
+    cfg.data.tokenizer = (char *)TOK_LLAMA3;
+    qlt_dataset ds;
+    build_ok(&ds, &cfg, path);
+    expect_row(&ds, 0,
+               (int32_t[]){128000, 128006, 882, 128007, 271, 13347, 128009, 128006, 78191, 128007, 271, 9906, 128009,
+                           128001, 128001, 128001},
+               (int32_t[]){X, X, X, X, X, X, X, X, X, X, X, 9906, 128009, X, X, X}, NULL);
+    qlt_dataset_free(&ds);
+    free(path);
+}
+
 Test(dataset, tokens_format) {
     char *path = write_file("a.jsonl", "{\"input_ids\": [5, 6, 7]}\n{\"input_ids\": [1, 2, 3], \"labels\": [-100, -100, 3]}\n");
     qlt_config cfg = make_cfg("tokens", 4, 0);
