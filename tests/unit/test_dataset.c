@@ -412,6 +412,36 @@ Test(dataset, cache_hit_miss_and_corruption) {
     free(path);
 }
 
+/* tokenizer_config.json names the pad (and eos) id the rows hold: editing it must miss the cache, not reuse
+ * rows padded with the old id. */
+Test(dataset, cache_key_covers_tokenizer_config) {
+    char *tok_path = qlt_path_join(tmpdir, "tokenizer.json"), *data;
+    size_t len;
+    cr_assert_eq(qlt_read_file(TOK, &data, &len), 0);
+    test_write_bytes(tok_path, data, len);
+    free(data);
+    char *path = write_file("a.jsonl", "{\"text\": \"Hi\"}\n");
+    char cache_dir[256];
+    snprintf(cache_dir, sizeof cache_dir, "%s/run/cache", tmpdir);
+    qlt_config cfg = make_cfg("text", 8, 1);
+    cfg.data.tokenizer = tok_path;
+    cfg.data.cache = 1;
+    qlt_path_list files = {1, {path}};
+    qlt_dataset ds;
+    cr_assert_eq(qlt_dataset_build(&ds, &cfg, &files, NULL, cache_dir), 0, "%s", qlt_error());
+    cr_assert_eq(ds.pad_id, EOS);
+    cr_assert_eq(ds.input_ids[7], EOS);
+    qlt_dataset_free(&ds);
+    char *tc = write_file("tokenizer_config.json", "{\"pad_token\": \"<|im_end|>\"}");
+    cr_assert_eq(qlt_dataset_build(&ds, &cfg, &files, NULL, cache_dir), 0, "%s", qlt_error());
+    cr_assert_eq(ds.pad_id, 3002, "pad id %d: the cache of the old tokenizer_config.json was reused", ds.pad_id);
+    cr_assert_eq(ds.input_ids[7], 3002);
+    qlt_dataset_free(&ds);
+    free(tc);
+    free(path);
+    free(tok_path);
+}
+
 Test(dataset, eval_split_takes_the_last_rows) {
     char *content = many_lines();
     char *path = write_file("a.jsonl", content);
