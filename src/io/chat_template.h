@@ -2,6 +2,7 @@
  * into tokens with a loss mask (documented in docs/DATA.md):
  *   chatml (Qwen):   per message  <|im_start|>ROLE\nCONTENT<|im_end|>\n
  *   llama3:          <|begin_of_text|>, then per message <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>
+ *                    (CONTENT trimmed of white space at both ends, as Llama-3's template does with `| trim`)
  * Loss is on assistant messages only: their CONTENT and the end-of-turn token (<|im_end|> / <|eot_id|>);
  * headers, the trailing "\n" of chatml and every other role are masked. Template tokens are emitted by
  * id; ROLE, CONTENT and the newlines are encoded separately (so a mask boundary is always a token

@@ -24,8 +24,12 @@ typedef struct json_scan {
     int64_t count, cap;
 } json_scan;
 
+/* Whitespace as cJSON skips it: every byte from 1 to 32 (not only the four JSON names), so that the scanner
+ * and cJSON agree on where every value starts. */
+static int is_space(char c) { return c > 0 && c <= 32; }
+
 static void scan_space(json_scan *sc) {
-    while (sc->i < sc->n && strchr(" \t\r\n", sc->s[sc->i]) && sc->s[sc->i]) {
+    while (sc->i < sc->n && is_space(sc->s[sc->i])) {
         if (sc->s[sc->i] == '\n') sc->line++;
         sc->i++;
     }
@@ -67,7 +71,7 @@ static void scan_value(json_scan *sc, int64_t key_line) {
         }
         sc->i++;
     } else {
-        while (sc->i < sc->n && !strchr(",]} \t\r\n", sc->s[sc->i])) sc->i++;
+        while (sc->i < sc->n && !strchr(",]}", sc->s[sc->i]) && !is_space(sc->s[sc->i])) sc->i++;
     }
 }
 
@@ -121,7 +125,9 @@ int qlt_doc_parse_json(const char *name, const char *text, size_t len, qlt_doc_n
         if (shown > 20) shown = 20;
         return qlt_fail("%s:%lld: JSON syntax error near '%.*s'", name, (long long)line, shown, text + at);
     }
-    json_scan sc = {.s = text, .n = len, .i = 0, .line = 1};
+    /* cJSON skips a UTF-8 byte order mark (editors on Windows write one); so does the scanner */
+    size_t bom = len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+    json_scan sc = {.s = text, .n = len, .i = bom, .line = 1};
     scan_value(&sc, 0);
     json_walk w = {.text = text, .spots = sc.spots, .count = sc.count, .next = 0};
     *root = convert(&w, j);

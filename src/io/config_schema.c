@@ -87,7 +87,7 @@ static const qlt_cfg_entry schema[] = {
     ENUM_KEY("train.device", train.device, "auto", "auto, cpu, cuda", "device_map",
              "where to train: auto = cuda when a GPU is present, else cpu"),
     UINT64_KEY("train.seed", train.seed, "42", "random_seed",
-               "seed for adapter init, dropout, shuffling and the eval split"),
+               "seed for adapter init, dropout and shuffling (data.eval_split takes the last rows, unseeded)"),
     INT_KEY("train.micro_batch", train.micro_batch, "1", "[1, inf)",
             "per_device_train_batch_size|micro_batch_size|batch_size",
             "sequences per forward/backward pass"),
@@ -129,7 +129,7 @@ static const qlt_cfg_entry schema[] = {
     INT64_KEY("train.eval_every", train.eval_every, "0", "[0, inf)", "eval_steps",
               "evaluate every N steps; 0 = only at the end, when there is eval data"),
     INT_KEY("train.log_every", train.log_every, "1", "[1, inf)", "logging_steps|log_steps",
-            "print and log metrics every N steps"),
+            "print metrics to stderr every N steps (metrics.jsonl gets every step)"),
     INT_KEY("train.threads", train.threads, "0", "[0, inf)", "num_threads|cpu_threads",
             "threads for the CPU path (0 = all cores)"),
 

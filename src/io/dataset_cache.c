@@ -2,7 +2,8 @@
  *
  * File: header (magic "QLTDSET\0", version, seq_len, the counts, the key, a checksum of the arrays),
  * then input_ids, labels, seg_start as int32 [n_rows, seq_len] each, native byte order. The key hashes
- * the input files' bytes, tokenizer.json's bytes and every data.* setting that changes the rows; a file
+ * the input files' bytes, tokenizer.json's bytes (and tokenizer_config.json's beside it, which names eos and
+ * pad) and every data.* setting that changes the rows; a file
  * whose key, size or checksum does not match is rebuilt, never trusted. Written to a temporary name and
  * renamed, so a crash never leaves a half-written cache under the real name. */
 #include <stdio.h>
@@ -49,7 +50,24 @@ int qlt_dataset_cache_key(const qlt_config *cfg, const qlt_path_list *files, con
         h = hash_str(files->items[i], h);
         QLT_TRY(hash_file(files->items[i], &h));
     }
-    if (tokenizer_path) QLT_TRY(hash_file(tokenizer_path, &h));
+    if (tokenizer_path) {
+        QLT_TRY(hash_file(tokenizer_path, &h));
+        /* tokenizer_config.json beside it names eos / pad (qlt_tokenizer_load), which shape the rows too */
+        size_t n = strlen(tokenizer_path);
+        char *cfg_path = qlt_xmalloc(n + 32);
+        memcpy(cfg_path, tokenizer_path, n + 1);
+        char *slash = strrchr(cfg_path, '/');
+        strcpy(slash ? slash + 1 : cfg_path, "tokenizer_config.json");
+        FILE *probe = fopen(cfg_path, "rb");
+        int rc = 0;
+        h = hash_str(probe ? "config" : "none", h);
+        if (probe) {
+            fclose(probe);
+            rc = hash_file(cfg_path, &h);
+        }
+        free(cfg_path);
+        QLT_TRY(rc);
+    }
     h = hash_str(cfg->data.format, h);
     h = hash_str(cfg->data.chat_template, h);
     int64_t settings[] = {cfg->data.seq_len, cfg->data.packing, cfg->data.train_on_prompt, cfg->data.skip_bad};

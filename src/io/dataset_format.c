@@ -148,6 +148,14 @@ int qlt_example_parse(const qlt_example_ctx *c, const char *line, size_t len, ql
         cJSON_Delete(obj);
         return qlt_fail("not a JSON object");
     }
+    /* cJSON stops after the first value; anything but blanks after it (two objects run together on one line)
+     * would otherwise be dropped without a word */
+    size_t rest = end && end >= line && end <= line + len ? (size_t)(end - line) : len;
+    while (rest < len && (line[rest] == ' ' || line[rest] == '\t')) rest++;
+    if (rest < len) {
+        cJSON_Delete(obj);
+        return qlt_fail("text after the JSON object (near column %zu): one JSON object a line", rest + 1);
+    }
     int64_t ids_start = ids->len, labels_start = labels->len;
     int r = parse_object(c, obj, ids, labels);
     cJSON_Delete(obj);

@@ -15,13 +15,19 @@ static inline void qlt_labeled_push(qlt_ids *ids, qlt_ids *labels, int32_t id, i
     qlt_ids_push(labels, train ? id : QLT_IGNORE_LABEL);
 }
 
-/* The tokens of a NUL-terminated text, all trained or all not. */
-static inline int qlt_labeled_text(qlt_encoder *enc, const char *text, int train, qlt_ids *ids, qlt_ids *labels) {
+/* The tokens of len bytes of text, all trained or all not. */
+static inline int qlt_labeled_span(qlt_encoder *enc, const char *text, size_t len, int train, qlt_ids *ids,
+                                   qlt_ids *labels) {
     int64_t start = ids->len;
-    QLT_TRY(qlt_encoder_encode(enc, text, strlen(text), ids));
+    QLT_TRY(qlt_encoder_encode(enc, text, len, ids));
     qlt_ids_reserve(labels, ids->len - start);
     for (int64_t i = start; i < ids->len; i++) labels->data[labels->len++] = train ? ids->data[i] : QLT_IGNORE_LABEL;
     return 0;
+}
+
+/* The tokens of a NUL-terminated text, all trained or all not. */
+static inline int qlt_labeled_text(qlt_encoder *enc, const char *text, int train, qlt_ids *ids, qlt_ids *labels) {
+    return qlt_labeled_span(enc, text, strlen(text), train, ids, labels);
 }
 
 #endif

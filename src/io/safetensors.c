@@ -108,6 +108,10 @@ static int parse_header(qlt_st_file *f, const char *header, size_t header_len, u
                 rc = qlt_fail("%s: __metadata__ is not an object", path);
                 break;
             }
+            if (f->metadata_json) { /* cJSON keeps duplicate keys; the first copy would leak */
+                rc = qlt_fail("%s: __metadata__ appears twice in the header", path);
+                break;
+            }
             f->metadata_json = cJSON_PrintUnformatted(it);
             continue;
         }

@@ -149,9 +149,8 @@ static int load_normalizer(qlt_tokenizer *tok, const char *path, const cJSON *n)
     if (!n) return 0;
     const char *type = get_string(n, "type");
     if (type && strcmp(type, "Sequence") == 0) {
-        for (const cJSON *c = cJSON_GetObjectItemCaseSensitive(n, "normalizers") ? get(n, "normalizers")->child : NULL; c;
-             c = c->next)
-            QLT_TRY(load_normalizer(tok, path, c));
+        const cJSON *list = get(n, "normalizers"); /* absent or null: an empty Sequence */
+        for (const cJSON *c = list ? list->child : NULL; c; c = c->next) QLT_TRY(load_normalizer(tok, path, c));
         return 0;
     }
     qlt_norm_form form = type ? qlt_norm_form_parse(type) : 0;

@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,10 +106,14 @@ int qlt_checkpoint_save(const qlt_trainer *t, const char *dir) {
     return save_dir(t, dir, 1) == 0 ? 0 : qlt_fail_context("saving checkpoint %s", dir);
 }
 
+/* Every number of trainer_state.json is a count: a whole number from 0 to 2^53 (what a JSON double holds). */
 static int state_int(const cJSON *s, const char *key, const char *path, int64_t *out) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(s, key);
     if (!cJSON_IsNumber(it)) return qlt_fail("%s: missing or non-numeric '%s' (corrupt checkpoint?)", path, key);
-    *out = (int64_t)it->valuedouble;
+    double d = it->valuedouble;
+    if (!(d >= 0 && d <= 9007199254740992.0) || d != floor(d))
+        return qlt_fail("%s: '%s' is %g, not a whole number >= 0 (corrupt checkpoint?)", path, key, d);
+    *out = (int64_t)d;
     return 0;
 }
 
@@ -144,6 +149,9 @@ int qlt_checkpoint_load(qlt_trainer *t, const char *dir) {
                       "micro_batch %lld vs %d, grad_accum %lld vs %d, seq_len %lld vs %d): resume with the same "
                       "data and train settings", path, (long long)rows, (long long)t->train.n_rows, (long long)micro,
                       t->micro_batch, (long long)accum, t->grad_accum, (long long)seq, t->seq);
+    if (rc == 0 && cursor > rows)
+        rc = qlt_fail("%s: cursor %lld is past the %lld training rows (corrupt checkpoint?)", path, (long long)cursor,
+                      (long long)rows);
     if (rc == 0 && total != t->total_steps)
         fprintf(stderr, "qlora-train: warning: the checkpoint's run had %lld steps, this one has %lld: the learning "
                         "rate schedule continues with this run's length, so steps after %lld differ from the "
@@ -176,9 +184,9 @@ int qlt_checkpoint_load(qlt_trainer *t, const char *dir) {
     return 0;
 }
 
-/* Step number of a "checkpoint-<digits>" name, or -1. */
+/* Step number of a "checkpoint-<digits>" name, or -1 (also for more digits than a step count has). */
 static int64_t checkpoint_step(const char *name) {
-    if (strncmp(name, "checkpoint-", 11) != 0 || !name[11]) return -1;
+    if (strncmp(name, "checkpoint-", 11) != 0 || !name[11] || strlen(name + 11) > 18) return -1;
     int64_t v = 0;
     for (const char *p = name + 11; *p; p++) {
         if (*p < '0' || *p > '9') return -1;

@@ -66,6 +66,22 @@ static int load_model_and_adapter(qlt_trainer *t, qlt_trainer_mode mode) {
     return 0;
 }
 
+/* Every input id and label (other than -100) of ds must index the model's vocabulary: the embedding and the
+ * loss read rows by id, so an id from a tokens file or a tokenizer of another model would read past them. */
+static int check_ids(const qlt_dataset *ds, const char *what, int32_t vocab, const char *format) {
+    int64_t n = ds->n_rows * (int64_t)ds->seq_len;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t id = ds->input_ids[i], label = ds->labels[i];
+        int bad_id = id < 0 || id >= vocab, bad_label = label != -100 && (label < 0 || label >= vocab);
+        if (!bad_id && !bad_label) continue;
+        return qlt_fail("%s: %s %d (row %lld, position %lld) is outside the model's vocabulary of %d ids (data.format: "
+                        "%s): token ids must be below %d; check that the data (or data.tokenizer) belongs to "
+                        "model.path", what, bad_id ? "token id" : "label", bad_id ? id : label,
+                        (long long)(i / ds->seq_len), (long long)(i % ds->seq_len), vocab, format, vocab);
+    }
+    return 0;
+}
+
 static int load_datasets(qlt_trainer *t, qlt_trainer_mode mode) {
     const qlt_config *cfg = t->cfg;
     char *cache = cfg->data.cache ? qlt_path_join(cfg->output.dir, "cache") : NULL;
@@ -88,6 +104,9 @@ static int load_datasets(qlt_trainer *t, qlt_trainer_mode mode) {
     }
     free(cache);
     free(model_dir);
+    const char *eval_name = cfg->data.eval.count > 0 ? "data.eval" : "data.train";
+    if (rc == 0) rc = check_ids(&t->train, "data.train", t->model.cfg.vocab, cfg->data.format);
+    if (rc == 0) rc = check_ids(&t->eval, eval_name, t->model.cfg.vocab, cfg->data.format);
     if (rc == 0) {
         const qlt_dataset *ds = mode == QLT_TRAINER_TRAIN ? &t->train : &t->eval;
         fprintf(stderr, "qlora-train: data: %lld examples -> %lld rows of %d tokens (%lld tokens with loss)%s",

@@ -68,6 +68,11 @@ Test(bad_input, safetensors_unknown_dtype) {
     expect_open_error(HDR("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}"), 2, "unsupported dtype");
 }
 
+Test(bad_input, safetensors_duplicate_metadata) {
+    expect_open_error(HDR("{\"__metadata__\":{\"format\":\"pt\"},\"__metadata__\":{\"format\":\"np\"}}"), 0,
+                      "__metadata__ appears twice");
+}
+
 Test(bad_input, safetensors_truncated_file) {
     char *dir = test_tmpdir();
     char *src = test_fixture_path("tiny-qwen2", "model.safetensors");

@@ -296,6 +296,25 @@ Test(config, json_load) {
     qlt_config_free(&c);
 }
 
+/* cJSON skips a UTF-8 byte order mark and every control byte as whitespace; the line scanner must agree with
+ * it (it used to abort on an internal assertion for a file saved with a BOM, and misread values after a \f). */
+Test(config, json_with_bom_and_control_whitespace) {
+    char path[512];
+    write_file(path, sizeof path, "bom.json", "\xef\xbb\xbf{\"train\": {\"lr\": 0.001},\n \"lora\": {\"r\": 4}}\n");
+    qlt_config c;
+    qlt_config_defaults(&c);
+    cr_assert_eq(qlt_config_load_file(&c, path), 0, "%s", qlt_error());
+    cr_assert_eq(c.train.lr, 0.001f);
+    cr_assert_eq(c.lora.r, 4);
+    write_file(path, sizeof path, "ff.json", "{\"train\":\f{\"lr\":\v0.002\f},\n\"lora\": {\"r\": 8}}\n");
+    cr_assert_eq(qlt_config_load_file(&c, path), 0, "%s", qlt_error());
+    cr_assert_eq(c.train.lr, 0.002f);
+    cr_assert_eq(c.lora.r, 8);
+    qlt_config_free(&c);
+    expect_load_error("bomline.json", "\xef\xbb\xbf{\n  \"train\": {\n    \"lr\": \"fast\"}}\n",
+                      ":3: train.lr: expected a number, got 'fast'");
+}
+
 /* ---- errors in files -------------------------------------------------------------------------------- */
 
 Test(config, unknown_key_suggests_nearest) {

@@ -202,6 +202,24 @@ Test(dataset, chat_llama3_trains_assistant_turns) {
     free(path);
 }
 
+/* Llama-3's chat template renders message['content'] | trim: white space around the content (Python's
+ * str.isspace, Unicode included) is not part of the conversation. */
+Test(dataset, chat_llama3_trims_content) {
+    if (!qlt_file_exists(TOK_LLAMA3)) cr_skip_test("../shared/assets/tokenizers/llama3 absent");
+    char *path = write_file("a.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \" \\tHi\\u3000\\n\"},"
+                                       " {\"role\": \"assistant\", \"content\": \"\\n\\nHello \\u00a0\"}]}\n");
+    qlt_config cfg = make_cfg("chat", 16, 0);
+    cfg.data.tokenizer = (char *)TOK_LLAMA3;
+    qlt_dataset ds;
+    build_ok(&ds, &cfg, path);
+    expect_row(&ds, 0,
+               (int32_t[]){128000, 128006, 882, 128007, 271, 13347, 128009, 128006, 78191, 128007, 271, 9906, 128009,
+                           128001, 128001, 128001},
+               (int32_t[]){X, X, X, X, X, X, X, X, X, X, X, 9906, 128009, X, X, X}, NULL);
+    qlt_dataset_free(&ds);
+    free(path);
+}
+
 Test(dataset, tokens_format) {
     char *path = write_file("a.jsonl", "{\"input_ids\": [5, 6, 7]}\n{\"input_ids\": [1, 2, 3], \"labels\": [-100, -100, 3]}\n");
     qlt_config cfg = make_cfg("tokens", 4, 0);
@@ -235,6 +253,9 @@ Test(dataset, bad_lines_name_file_and_line) {
     expect_bad("text", "{\"text\": \"Hi\"}\n{\"text\": 5}\n", "must be a string");
     expect_bad("text", "{\"text\": \"Hi\"}\n\n", "empty line");
     expect_bad("text", "{\"text\": \"Hi\"}\n[1]\n", "not a JSON object");
+    /* two records run together: the second used to be dropped silently */
+    expect_bad("text", "{\"text\": \"Hi\"}\n{\"text\": \"a\"} {\"text\": \"b\"}\n", "text after the JSON object (near column 15)");
+    expect_bad("text", "{\"text\": \"Hi\"}\n{\"text\": \"a\"},\n", "text after the JSON object");
     expect_bad("completion", "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\"}\n", "\"completion\"");
     expect_bad("chat", "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n{\"messages\": [{\"role\": 1}]}\n",
                "messages[0]");
@@ -389,6 +410,36 @@ Test(dataset, cache_hit_miss_and_corruption) {
     qlt_dataset_free(&fresh);
     free(content);
     free(path);
+}
+
+/* tokenizer_config.json names the pad (and eos) id the rows hold: editing it must miss the cache, not reuse
+ * rows padded with the old id. */
+Test(dataset, cache_key_covers_tokenizer_config) {
+    char *tok_path = qlt_path_join(tmpdir, "tokenizer.json"), *data;
+    size_t len;
+    cr_assert_eq(qlt_read_file(TOK, &data, &len), 0);
+    test_write_bytes(tok_path, data, len);
+    free(data);
+    char *path = write_file("a.jsonl", "{\"text\": \"Hi\"}\n");
+    char cache_dir[256];
+    snprintf(cache_dir, sizeof cache_dir, "%s/run/cache", tmpdir);
+    qlt_config cfg = make_cfg("text", 8, 1);
+    cfg.data.tokenizer = tok_path;
+    cfg.data.cache = 1;
+    qlt_path_list files = {1, {path}};
+    qlt_dataset ds;
+    cr_assert_eq(qlt_dataset_build(&ds, &cfg, &files, NULL, cache_dir), 0, "%s", qlt_error());
+    cr_assert_eq(ds.pad_id, EOS);
+    cr_assert_eq(ds.input_ids[7], EOS);
+    qlt_dataset_free(&ds);
+    char *tc = write_file("tokenizer_config.json", "{\"pad_token\": \"<|im_end|>\"}");
+    cr_assert_eq(qlt_dataset_build(&ds, &cfg, &files, NULL, cache_dir), 0, "%s", qlt_error());
+    cr_assert_eq(ds.pad_id, 3002, "pad id %d: the cache of the old tokenizer_config.json was reused", ds.pad_id);
+    cr_assert_eq(ds.input_ids[7], 3002);
+    qlt_dataset_free(&ds);
+    free(tc);
+    free(path);
+    free(tok_path);
 }
 
 Test(dataset, eval_split_takes_the_last_rows) {

@@ -114,6 +114,29 @@ Test(tokenizer, merges_as_strings) {
     cJSON_Delete(j);
 }
 
+/* A Sequence normalizer whose "normalizers" is null (or absent) is an empty sequence: it used to crash the
+ * loader with a NULL dereference. */
+Test(tokenizer, sequence_normalizer_without_list) {
+    cJSON *j = read_json(TOK_QWEN2STYLE "/tokenizer.json");
+    cJSON *norm = cJSON_CreateObject();
+    cJSON_AddStringToObject(norm, "type", "Sequence");
+    cJSON_AddNullToObject(norm, "normalizers");
+    cJSON_ReplaceItemInObject(j, "normalizer", norm);
+    char *text = cJSON_PrintUnformatted(j);
+    char *path = write_temp("tokenizer.json", text, strlen(text));
+    qlt_tokenizer *tok;
+    cr_assert_eq(qlt_tokenizer_load(&tok, path), 0, "%s", qlt_error());
+    qlt_ids ids = {0};
+    cr_assert_eq(qlt_tokenizer_encode(tok, "Hello", 5, &ids), 0, "%s", qlt_error());
+    cr_assert_eq(ids.len, 3);
+    cr_assert_eq(ids.data[0], 39);
+    qlt_ids_free(&ids);
+    qlt_tokenizer_free(tok);
+    remove_temp(path);
+    free(text);
+    cJSON_Delete(j);
+}
+
 static void expect_load_error(const char *json, size_t len, const char *needle) {
     char *path = write_temp("tokenizer.json", json, len);
     qlt_tokenizer *tok = (qlt_tokenizer *)1;

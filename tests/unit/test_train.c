@@ -187,6 +187,35 @@ Test(train, grad_accum_matches_full_batch) {
     free(tmp);
 }
 
+/* Token ids and labels outside the model's vocabulary (a tokens file, or a tokenizer of another model) are a
+ * one-line error naming the data set and the row, not an assertion in the embedding (CPU), a read past the
+ * logits in the loss (a label) or past the embedding table (CUDA). */
+Test(train, token_ids_outside_the_vocabulary) {
+    char *tmp = test_tmpdir();
+    char *tokens = qlt_path_join(tmp, "bad.jsonl"), *out = qlt_path_join(tmp, "run");
+    const char *lines[2] = {"{\"input_ids\": [1, 2, 3, 4]}\n{\"input_ids\": [1, 2, 99999, 4]}\n",
+                            "{\"input_ids\": [1, 2, 3, 4], \"labels\": [1, 2, 3, 5000]}\n{\"input_ids\": [1, 2]}\n"};
+    const char *needles[2] = {"data.train: token id 99999 (row 1, position 2)", "data.train: label 5000 (row 0, position 3)"};
+    for (int k = 0; k < 2; k++) {
+        test_write_text(tokens, lines[k]);
+        for (int mode = 0; mode < 2; mode++) {
+            qlt_config cfg;
+            golden_config(&cfg, "tiny-llama", tokens, out, 4); /* tiny-llama: vocab 384 */
+            qlt_trainer t;
+            qlt_error_clear();
+            cr_assert_eq(qlt_trainer_init(&t, &cfg, mode ? QLT_TRAINER_EVAL : QLT_TRAINER_TRAIN), -1,
+                         "ids outside the vocabulary must be refused");
+            cr_expect(strstr(qlt_error(), needles[k]) && strstr(qlt_error(), "vocabulary of 384 ids"), "%s",
+                      qlt_error());
+            qlt_config_free(&cfg);
+        }
+    }
+    qlt_remove_tree(tmp);
+    free(tokens);
+    free(out);
+    free(tmp);
+}
+
 /* 16 random rows of 24 tokens for tiny-qwen3. */
 static void write_random_tokens(const char *path) {
     FILE *f = fopen(path, "w");
@@ -284,6 +313,74 @@ Test(train, resume_is_exact) {
     free(tokens);
     free(straight);
     free(resumed);
+    free(tmp);
+}
+
+/* Replaces `"key": <number>` in path (a trainer_state.json) by `"key": value`. */
+static void edit_state(const char *path, const char *key, const char *value) {
+    char *text, *edited = NULL, needle[64];
+    cr_assert_eq(qlt_read_file(path, &text, NULL), 0);
+    snprintf(needle, sizeof needle, "\"%s\":", key);
+    char *p = strstr(text, needle);
+    cr_assert(p, "%s has no %s", path, needle);
+    p += strlen(needle);
+    char *end = p + strspn(p, " \t");
+    end += strspn(end, "-+.0123456789eE");
+    *p = '\0';
+    if (asprintf(&edited, "%s %s%s", text, value, end) < 0) abort();
+    test_write_text(path, edited);
+    free(edited);
+    free(text);
+}
+
+/* Resume trusts nothing in trainer_state.json: a cursor before the first row (it indexed the row order at
+ * -8), past the last, or a count no int64 holds is a one-line error naming the file; a directory named
+ * checkpoint-<more digits than a step has> is not a checkpoint (its step overflowed). */
+Test(train, resume_refuses_a_corrupt_trainer_state) {
+    char *tmp = test_tmpdir();
+    char *tokens = qlt_path_join(tmp, "data.jsonl"), *out = qlt_path_join(tmp, "run");
+    write_random_tokens(tokens);
+    qlt_config cfg;
+    resume_config(&cfg, tokens, out);
+    qlt_trainer t;
+    cr_assert_eq(qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN), 0, "%s", qlt_error());
+    t.total_steps = 3;
+    cr_assert_eq(qlt_trainer_run(&t, NULL), 0, "%s", qlt_error());
+    qlt_trainer_free(&t);
+    char *ck = qlt_path_join(out, "checkpoint-3"), *state = qlt_path_join(ck, "trainer_state.json");
+    char *saved;
+    cr_assert_eq(qlt_read_file(state, &saved, NULL), 0);
+    const char *cases[4][3] = {{"cursor", "-8", "'cursor' is -8"},
+                               {"cursor", "17", "cursor 17 is past the 16 training rows"},
+                               {"step", "1e300", "'step' is 1e+300"},
+                               {"epoch", "0.5", "'epoch' is 0.5"}};
+    for (int i = 0; i < 4; i++) {
+        test_write_text(state, saved);
+        edit_state(state, cases[i][0], cases[i][1]);
+        cr_assert_eq(qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN), 0, "%s", qlt_error());
+        qlt_error_clear();
+        cr_expect_eq(qlt_trainer_run(&t, "auto"), -1, "%s = %s must be refused", cases[i][0], cases[i][1]);
+        cr_expect(strstr(qlt_error(), "trainer_state.json") && strstr(qlt_error(), cases[i][2]), "%s", qlt_error());
+        qlt_trainer_free(&t);
+    }
+    test_write_text(state, saved);
+    /* 2^64 + 100 digits: wrapped, it was step 100, newer than checkpoint-3 */
+    char *huge = qlt_path_join(out, "checkpoint-18446744073709551716");
+    cr_assert_eq(qlt_mkdirs(huge), 0);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cp -r %s/. %s/", ck, huge);
+    cr_assert_eq(system(cmd), 0);
+    char *latest = qlt_checkpoint_find_latest(out);
+    cr_expect(latest && strcmp(latest, ck) == 0, "latest checkpoint: %s", latest ? latest : "(none)");
+    free(latest);
+    free(huge);
+    free(saved);
+    free(state);
+    free(ck);
+    qlt_config_free(&cfg);
+    qlt_remove_tree(tmp);
+    free(tokens);
+    free(out);
     free(tmp);
 }
 
