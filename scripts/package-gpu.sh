@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # package-gpu.sh: on the development machine (no GPU), builds the release with CUDA and gathers what a
 # GPU-machine run needs into carry/ (ignored by git; named in the device call's `carry`):
-#   carry/bin/     qlora-train, qlt_gpu_check and the shared libraries the GPU machine lacks (rpath $ORIGIN)
+#   carry/bin/     qlora-train, qlt_gpu_check and the shared libraries the GPU machine lacks (rpath $ORIGIN),
+#                  and libkernel_trace.so (tools/kernel_trace.c) with the CUPTI it was built against
 #   carry/models/  config.json of the real models of ../shared/models (random-weight benchmarks)
 #   carry/assets/  with --assets: sotu.jsonl and the real Qwen3 / Llama-3 tokenizers (tokenizer benchmark)
 set -euo pipefail
@@ -14,6 +15,13 @@ libdir=$(dirname "$(ldconfig -p | awk '/libcjson.so.1 / {print $NF; exit}')")
 for lib in libcjson.so.1 libyaml-0.so.2 libpcre2-8.so.0 libutf8proc.so.2 libz.so.1 libgomp.so.1; do
   cp -L "$libdir/$lib" carry/bin/
 done
+# the kernel tracer (scripts/trace-step.sh) when CUPTI's headers are here; it runs with the GPU machine's CUPTI
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+if [ -f "$cuda_home/include/cupti.h" ]; then
+  cupti=$(ls "$cuda_home"/lib/libcupti.so.* "$cuda_home"/lib64/libcupti.so.* "$cuda_home"/extras/CUPTI/lib64/libcupti.so.* 2>/dev/null | head -1)
+  gcc -O2 -shared -fPIC -I"$cuda_home/include" tools/kernel_trace.c "$cupti" -Wl,-rpath,'$ORIGIN' \
+    -o carry/bin/libkernel_trace.so && cp -L "$cupti" carry/bin/
+fi
 shared=${SHARED_DIR:-../shared}
 for d in "$shared"/models/*/; do
   [ -f "$d/config.json" ] && cp "$d/config.json" "carry/models/$(basename "$d").json"

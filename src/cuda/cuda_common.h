@@ -151,6 +151,9 @@ void qlt_cuda_zero(qlt_backend *be, void *p, size_t bytes);
 void qlt_cuda_f32_to_bf16(cudaStream_t s, bf16 *out, const float *x, int64_t count);
 void qlt_cuda_f16_to_bf16(cudaStream_t s, bf16 *out, const __half *x, int64_t count);
 void qlt_cuda_bias_add(cudaStream_t s, bf16 *y, const float *bias, int64_t n, int64_t rows);
+/* dst [rows, cols] (row stride ldd) = src (row stride lds), bf16 */
+void qlt_cuda_copy_rows(cudaStream_t s, bf16 *dst, int64_t ldd, const bf16 *src, int64_t lds, int64_t rows,
+                        int64_t cols);
 
 /* rmsnorm.cu */
 void qlt_cuda_rmsnorm_fwd(qlt_backend *be, void *y, float *rstd, const void *x, const float *w, int64_t n,

@@ -34,7 +34,7 @@ typedef struct prep_args {
 } prep_args;
 
 /* grid (blocks, 2k): y = 2i splits site i's A, y = 2i + 1 its B (nothing when out[i] is 0) */
-static __global__ void prep_kernel(prep_args p) {
+static __global__ void prep_kernel(const __grid_constant__ prep_args p) {
     const int site = blockIdx.y >> 1;
     const bool is_b = blockIdx.y & 1;
     const int64_t count = is_b ? p.out[site] * p.r : (int64_t)p.r * p.in;
@@ -380,9 +380,7 @@ void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const ql
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         int64_t tn = n - t0 < chunk ? n - t0 : chunk;
         if (be->phase) be->phase(be, QLT_PHASE_LORA);
-        CUDA_CHECK(cudaMemcpy2DAsync(yp, sizeof(bf16) * (size_t)ld, (const bf16 *)site->dy + t0 * site->ld,
-                                     sizeof(bf16) * (size_t)site->ld, sizeof(bf16) * (size_t)rows, (size_t)tn,
-                                     cudaMemcpyDeviceToDevice, s));
+        qlt_cuda_copy_rows(s, yp, ld, (const bf16 *)site->dy + t0 * site->ld, site->ld, tn, rows);
         if (!t3_done) split3(s, yp + rows, ld, du + t0 * r, tn, r, 1);
         lora_bwd_da(be, site, 1, yp + rows, ld, (const bf16 *)x + t0 * in, tn, in, r);
         if (be->phase) be->phase(be, QLT_PHASE_BWD_GEMM);
@@ -403,7 +401,8 @@ typedef struct fold_sites {
 /* Columns cols.. of W' [rows, ld]: the rows of site i get scale [bh | bl | bh] of B_i in the site's 3r
  * columns and 0 in every other site's (the adapters' block diagonal of the folded product). One thread a
  * (row, j < r): it writes element j of every site's three blocks of its row. */
-static __global__ void fold_b_kernel(bf16 *wp, int64_t ld, int64_t cols, fold_sites f, int r, float scale) {
+static __global__ void fold_b_kernel(bf16 *wp, int64_t ld, int64_t cols, const __grid_constant__ fold_sites f, int r,
+                              float scale) {
     int64_t rows = 0;
     for (int i = 0; i < f.k; i++) rows += f.out[i];
     const int64_t total = rows * r;
@@ -455,8 +454,7 @@ void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x,
     /* one GEMM a token chunk */
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         int64_t tn = n - t0 < chunk ? n - t0 : chunk;
-        CUDA_CHECK(cudaMemcpy2DAsync(xp, sizeof(bf16) * (size_t)ld, (const bf16 *)x + t0 * in, sizeof(bf16) * (size_t)in,
-                                     sizeof(bf16) * (size_t)in, (size_t)tn, cudaMemcpyDeviceToDevice, s));
+        qlt_cuda_copy_rows(s, xp, ld, (const bf16 *)x + t0 * in, in, tn, in);
         if (!one_chunk) split3(s, xp + in, ld, u + t0 * kr, tn, r, k);
         qlt_cuda_gemm(be, 0, 1, tn, rows, ld, 1.0f, xp, CUDA_R_16BF, ld, wp, CUDA_R_16BF, ld, 0.0f,
                       (bf16 *)y + t0 * rows, CUDA_R_16BF, rows);
