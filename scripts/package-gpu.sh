@@ -18,8 +18,8 @@ done
 # the kernel tracer (scripts/trace-step.sh) when CUPTI's headers are here; it runs with the GPU machine's CUPTI
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 if [ -f "$cuda_home/include/cupti.h" ]; then
-  cupti=$(ls "$cuda_home"/lib/libcupti.so.* "$cuda_home"/lib64/libcupti.so.* "$cuda_home"/extras/CUPTI/lib64/libcupti.so.* 2>/dev/null | head -1)
-  gcc -O2 -shared -fPIC -I"$cuda_home/include" tools/kernel_trace.c "$cupti" -Wl,-rpath,'$ORIGIN' \
+  cupti=$(ls "$cuda_home"/lib/libcupti.so.* "$cuda_home"/lib64/libcupti.so.* "$cuda_home"/extras/CUPTI/lib64/libcupti.so.* 2>/dev/null | head -1 || true)
+  [ -n "$cupti" ] && gcc -O2 -shared -fPIC -I"$cuda_home/include" tools/kernel_trace.c "$cupti" -Wl,-rpath,'$ORIGIN' \
     -o carry/bin/libkernel_trace.so && cp -L "$cupti" carry/bin/
 fi
 shared=${SHARED_DIR:-../shared}

@@ -49,7 +49,6 @@ typedef __nv_bfloat16 bf16;
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
 /* Fixed workspace sizes (bytes). */
-#define QLT_CUDA_BLAS_WS_BYTES ((size_t)64 << 20)   /* cuBLAS / cuBLASLt workspace */
 #define QLT_CUDA_CONV_ELEMS ((int64_t)8 << 20)      /* each of the 3 backward_a conversion regions, fp32 elems */
 #define QLT_CUDA_LORA_BYTES ((size_t)64 << 20)      /* LoRA bf16 hi/lo operand copies (initial; grown at load) */
 #define QLT_CUDA_LORA_ACC_BYTES ((size_t)64 << 20)  /* LoRA fp32 [hi | lo] products (initial; grown at load) */
@@ -68,7 +67,6 @@ typedef struct cuda_impl {
     cudaStream_t stream;
     cublasHandle_t blas;
     cublasLtHandle_t lt;
-    void *blas_ws;         /* [QLT_CUDA_BLAS_WS_BYTES] */
     float *conv;           /* [3 * QLT_CUDA_CONV_ELEMS] backward_a fp16/fp32 operands + fp32 accumulator;
                               also the staging area of weight_create */
     void *lora_ws;         /* [lora_ws_bytes] */

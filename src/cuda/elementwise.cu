@@ -51,12 +51,57 @@ static __global__ void rope_kernel(bf16 *x, const int32_t *pos, const float *inv
     }
 }
 
+/* Four pairs a thread (8-byte loads and stores of i..i+3 and i+half..i+half+3) when half % 4 == 0 and x is
+ * 8-byte aligned; the same angle and arithmetic per element as rope_kernel. */
+static __global__ void rope4_kernel(bf16 *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                                    int head_dim, int inverse) {
+    const int half = head_dim / 2, quads = half / 4;
+    const int64_t total = n * quads;
+    for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = idx / quads;
+        const int i = (int)(idx - t * quads) * 4;
+        float sn[4], cs[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            sincosf(__fmul_rn((float)pos[t], inv_freq[i + e]), &sn[e], &cs[e]);
+            if (inverse) sn[e] = -sn[e];
+        }
+        bf16 *row = x + t * (int64_t)heads * head_dim;
+        for (int h = 0; h < heads; h++) {
+            bf16 *xh = row + (int64_t)h * head_dim;
+            uint2 ra = *(const uint2 *)(xh + i), rb = *(const uint2 *)(xh + i + half);
+            const __nv_bfloat162 *pa = (const __nv_bfloat162 *)&ra, *pb = (const __nv_bfloat162 *)&rb;
+            float a[4], b[4];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float2 fa = __bfloat1622float2(pa[e]), fb = __bfloat1622float2(pb[e]);
+                a[2 * e] = fa.x, a[2 * e + 1] = fa.y, b[2 * e] = fb.x, b[2 * e + 1] = fb.y;
+            }
+            __nv_bfloat162 *oa = (__nv_bfloat162 *)&ra, *ob = (__nv_bfloat162 *)&rb;
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                oa[e] = __floats2bfloat162_rn(a[2 * e] * cs[2 * e] - b[2 * e] * sn[2 * e],
+                                              a[2 * e + 1] * cs[2 * e + 1] - b[2 * e + 1] * sn[2 * e + 1]);
+                ob[e] = __floats2bfloat162_rn(b[2 * e] * cs[2 * e] + a[2 * e] * sn[2 * e],
+                                              b[2 * e + 1] * cs[2 * e + 1] + a[2 * e + 1] * sn[2 * e + 1]);
+            }
+            *(uint2 *)(xh + i) = ra;
+            *(uint2 *)(xh + i + half) = rb;
+        }
+    }
+}
+
 void qlt_cuda_rope(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
                    int head_dim, int inverse) {
     if (n <= 0) return;
     cudaStream_t s = cuda_impl_of(be)->stream;
-    rope_kernel<<<qlt_grid(n * (head_dim / 2), 256), 256, 0, s>>>((bf16 *)x, pos, inv_freq, n, heads, head_dim,
-                                                                   inverse);
+    if ((head_dim / 2) % 4 == 0 && ((uintptr_t)x & 7) == 0)
+        rope4_kernel<<<qlt_grid(n * (head_dim / 8), 256), 256, 0, s>>>((bf16 *)x, pos, inv_freq, n, heads, head_dim,
+                                                                        inverse);
+    else
+        rope_kernel<<<qlt_grid(n * (head_dim / 2), 256), 256, 0, s>>>((bf16 *)x, pos, inv_freq, n, heads, head_dim,
+                                                                       inverse);
     CUDA_CHECK_LAUNCH();
 }
 

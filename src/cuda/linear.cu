@@ -270,7 +270,7 @@ static lt_bias_plan *bias_plan(cuda_impl *impl, int64_t n, int64_t rows, int64_t
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     cudaDataType_t bias_type = CUDA_R_16BF; /* cuBLASLt takes an fp32 bias only with fp32 outputs */
     cublasLtMatmulPreference_t pref = NULL;
-    size_t ws = QLT_CUDA_BLAS_WS_BYTES;
+    size_t ws = 0; /* no workspace, as cuBLAS (backend_cuda.cu says why) */
     uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE; /* split-K partial sums in fp32, never bf16 */
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
@@ -357,7 +357,7 @@ static bool gemm_bias(qlt_backend *be, bf16 *y, const bf16 *x, const bf16 *w, co
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b16, sizeof b16));
     const float one = 1.0f, zero = 0.0f;
     CUBLAS_CHECK(cublasLtMatmul(impl->lt, p->op, &one, w, p->a, x, p->b, &zero, y, p->c, y, p->c, &p->algo,
-                                impl->blas_ws, QLT_CUDA_BLAS_WS_BYTES, impl->stream));
+                                NULL, 0, impl->stream));
     return true;
 }
 

@@ -2,7 +2,7 @@
  * single heads for Qwen3's q/k norms, d = head_dim), and its fusions with neighbours: the residual add
  * before it (add_rmsnorm: the sum is written and normalized in one pass) and, for Qwen3's per-head q/k
  * norms, the RoPE after it (head_norm_rope, forward and backward). fp32 math; 16-byte loads when
- * d % 8 == 0.
+ * d % 8 == 0, and then, for d <= 4096, the row held in registers between the two passes.
  * fwd: y = x * r * w, r = rsqrt(mean(x^2) + eps) saved.  bwd: dx = beta dx + r w dy - x r^3/d sum(w dy x). */
 #include "cuda/cuda_common.h"
 
@@ -115,6 +115,120 @@ static __global__ void rmsnorm_bwd_kernel(bf16 *dx, const bf16 *dy, const bf16 *
     }
 }
 
+/* ---- register-resident rows (d <= 256 CH, d % 8 == 0): each lane holds its CH 8-value chunks
+ * (j = 8 lane + 256 c) from one read of the row, so the second pass reads registers, not memory, and w
+ * comes as two float4. Same arithmetic, in the same order, as the streaming kernels above. ---- */
+
+static __device__ __forceinline__ void load8w(const float *w, float f[8]) {
+    const float4 a = *(const float4 *)w, b = *(const float4 *)(w + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+template <int CH, bool ADD>
+static __global__ void rmsnorm_fwd_reg_kernel(bf16 *y, float *rstd, const bf16 *x, const bf16 *x2, bf16 *sum,
+                                              const float *w, int64_t n, int d, float eps) {
+    const int64_t row = (int64_t)blockIdx.x * RMS_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= n) return;
+    uint4 v[CH];
+    float ss = 0;
+#pragma unroll
+    for (int c = 0; c < CH; c++) {
+        const int j = lane * 8 + 256 * c;
+        if (j < d) {
+            v[c] = *(const uint4 *)(x + row * d + j);
+            float f[8];
+            qlt_bf16x8_unpack(v[c], f);
+            if (ADD) {
+                float f2[8];
+                load8(x2 + row * d + j, f2);
+#pragma unroll
+                for (int e = 0; e < 8; e++) f[e] += f2[e];
+                v[c] = qlt_bf16x8_pack(f);
+                *(uint4 *)(sum + row * d + j) = v[c];
+                qlt_bf16x8_unpack(v[c], f); /* the rounded sum */
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++) ss += f[e] * f[e];
+        }
+    }
+    ss = warp_sum(ss);
+    const float r = rsqrtf(ss / (float)d + eps);
+    if (lane == 0) rstd[row] = r;
+#pragma unroll
+    for (int c = 0; c < CH; c++) {
+        const int j = lane * 8 + 256 * c;
+        if (j < d) {
+            float f[8], fw[8];
+            qlt_bf16x8_unpack(v[c], f);
+            load8w(w + j, fw);
+#pragma unroll
+            for (int e = 0; e < 8; e++) f[e] = f[e] * r * fw[e];
+            store8(y + row * d + j, f);
+        }
+    }
+}
+
+template <int CH>
+static __global__ void rmsnorm_bwd_reg_kernel(bf16 *dx, const bf16 *dy, const bf16 *x, const float *rstd,
+                                              const float *w, int64_t n, int d, float beta) {
+    const int64_t row = (int64_t)blockIdx.x * RMS_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= n) return;
+    uint4 vx[CH], vd[CH];
+    const float r = rstd[row];
+    float dot = 0;
+#pragma unroll
+    for (int c = 0; c < CH; c++) {
+        const int j = lane * 8 + 256 * c;
+        if (j < d) {
+            vx[c] = *(const uint4 *)(x + row * d + j);
+            vd[c] = *(const uint4 *)(dy + row * d + j);
+            float fx[8], fd[8], fw[8];
+            qlt_bf16x8_unpack(vx[c], fx);
+            qlt_bf16x8_unpack(vd[c], fd);
+            load8w(w + j, fw);
+#pragma unroll
+            for (int e = 0; e < 8; e++) dot += fw[e] * fd[e] * fx[e];
+        }
+    }
+    dot = warp_sum(dot);
+    const float cc = r * r * r * dot / (float)d;
+#pragma unroll
+    for (int c = 0; c < CH; c++) {
+        const int j = lane * 8 + 256 * c;
+        if (j < d) {
+            float fx[8], fd[8], fw[8], fo[8];
+            qlt_bf16x8_unpack(vx[c], fx);
+            qlt_bf16x8_unpack(vd[c], fd);
+            load8w(w + j, fw);
+            if (beta != 0.0f) load8(dx + row * d + j, fo);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float g = r * fw[e] * fd[e] - fx[e] * cc;
+                fo[e] = beta != 0.0f ? g + beta * fo[e] : g;
+            }
+            store8(dx + row * d + j, fo);
+        }
+    }
+}
+
+/* The register-resident kernels' chunk count for d (0: none fits, stream the row). */
+static int rms_reg_chunks(int64_t d) {
+    const int64_t ch = (d + 255) / 256;
+    return ch <= 2 ? 2 : ch <= 4 ? 4 : ch <= 6 ? 6 : ch <= 8 ? 8 : ch <= 12 ? 12 : ch <= 16 ? 16 : 0;
+}
+
+#define RMS_REG_DISPATCH(CHUNKS, LAUNCH) \
+    switch (CHUNKS) {                    \
+    case 2: LAUNCH(2); break;            \
+    case 4: LAUNCH(4); break;            \
+    case 6: LAUNCH(6); break;            \
+    case 8: LAUNCH(8); break;            \
+    case 12: LAUNCH(12); break;          \
+    default: LAUNCH(16); break;          \
+    }
+
 static bool rms_vec_ok(int64_t d, const void *a, const void *b, const void *c) {
     return (d & 7) == 0 && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
 }
@@ -124,7 +238,14 @@ void qlt_cuda_rmsnorm_fwd(qlt_backend *be, void *y, float *rstd, const void *x, 
     if (n <= 0) return;
     cudaStream_t s = cuda_impl_of(be)->stream;
     unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
-    if (rms_vec_ok(d, y, x, x))
+    const int ch = rms_reg_chunks(d);
+#define RMS_FWD(CH)                                                                                          \
+    rmsnorm_fwd_reg_kernel<CH, false><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, nullptr, \
+                                                                      nullptr, w, n, (int)d, eps)
+    if (ch && rms_vec_ok(d, y, x, w))
+        RMS_REG_DISPATCH(ch, RMS_FWD)
+#undef RMS_FWD
+    else if (rms_vec_ok(d, y, x, x))
         rmsnorm_fwd_kernel<true, false><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, nullptr,
                                                                         nullptr, w, n, d, eps);
     else
@@ -138,7 +259,14 @@ void qlt_cuda_add_rmsnorm_fwd(qlt_backend *be, void *sum, void *y, float *rstd, 
     if (n <= 0) return;
     cudaStream_t s = cuda_impl_of(be)->stream;
     unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
-    if (rms_vec_ok(d, y, a, b) && rms_vec_ok(d, sum, sum, sum))
+    const int ch = rms_reg_chunks(d);
+#define RMS_ADD(CH)                                                                                            \
+    rmsnorm_fwd_reg_kernel<CH, true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)a,           \
+                                                                     (const bf16 *)b, (bf16 *)sum, w, n, (int)d, eps)
+    if (ch && rms_vec_ok(d, y, a, b) && rms_vec_ok(d, sum, w, sum))
+        RMS_REG_DISPATCH(ch, RMS_ADD)
+#undef RMS_ADD
+    else if (rms_vec_ok(d, y, a, b) && rms_vec_ok(d, sum, sum, sum))
         rmsnorm_fwd_kernel<true, true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)a, (const bf16 *)b,
                                                                        (bf16 *)sum, w, n, d, eps);
     else
@@ -152,7 +280,14 @@ void qlt_cuda_rmsnorm_bwd(qlt_backend *be, void *dx, const void *dy, const void 
     if (n <= 0) return;
     cudaStream_t s = cuda_impl_of(be)->stream;
     unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
-    if (rms_vec_ok(d, dx, dy, x))
+    const int ch = rms_reg_chunks(d);
+#define RMS_BWD(CH)                                                                                          \
+    rmsnorm_bwd_reg_kernel<CH><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, \
+                                                               w, n, (int)d, beta)
+    if (ch && rms_vec_ok(d, dx, dy, x) && rms_vec_ok(d, w, w, w))
+        RMS_REG_DISPATCH(ch, RMS_BWD)
+#undef RMS_BWD
+    else if (rms_vec_ok(d, dx, dy, x))
         rmsnorm_bwd_kernel<true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, w,
                                                                  n, d, beta);
     else

@@ -205,8 +205,11 @@ void check_embed(void) {
 void check_rmsnorm(void) {
     if (!gpu()) return;
     gpu_rng r = {12};
-    const int64_t shapes[][2] = {{1, 64}, {7, 96}, {300, 896}, {33, 36}, {64, 3584}};
-    for (int s = 0; s < 5; s++) {
+    /* d: below a warp's 256 (64, 96), the register-resident rows of 4, 6, 8, 12, 14 chunks (896, 1536, 2048,
+     * 3072, 3584), one too wide for them (5120: streamed), and d % 8 != 0 (36: scalar) */
+    const int64_t shapes[][2] = {{1, 64},   {7, 96},   {300, 896}, {33, 36},
+                                 {64, 3584}, {40, 1536}, {17, 2048}, {9, 3072}, {5, 5120}};
+    for (int s = 0; s < 9; s++) {
         int64_t n = shapes[s][0], d = shapes[s][1];
         char sh[64];
         snprintf(sh, sizeof sh, "N%lld D%lld", (long long)n, (long long)d);
@@ -239,8 +242,9 @@ void check_rmsnorm(void) {
 void check_rope(void) {
     if (!gpu()) return;
     gpu_rng r = {13};
-    const int shapes[][3] = {{7, 4, 16}, {300, 14, 64}, {33, 2, 128}, {5, 8, 32}};
-    for (int s = 0; s < 4; s++) {
+    /* head dims with half % 4 == 0 take the four-pair kernel; 20 (half 10) the one-pair kernel */
+    const int shapes[][3] = {{7, 4, 16}, {300, 14, 64}, {33, 2, 128}, {5, 8, 32}, {9, 3, 20}};
+    for (int s = 0; s < 5; s++) {
         int64_t n = shapes[s][0];
         int heads = shapes[s][1], hd = shapes[s][2];
         int64_t cnt = n * heads * hd;
@@ -342,8 +346,8 @@ void check_elementwise(void) {
 void check_fused_norms(void) {
     if (!gpu()) return;
     gpu_rng r = {25};
-    const int64_t add_shapes[][2] = {{1, 64}, {7, 100}, {300, 896}, {33, 3584}};
-    for (int s = 0; s < 4; s++) {
+    const int64_t add_shapes[][2] = {{1, 64}, {7, 100}, {300, 896}, {33, 3584}, {40, 1536}, {5, 5120}};
+    for (int s = 0; s < 6; s++) {
         int64_t n = add_shapes[s][0], d = add_shapes[s][1];
         char sh[64];
         snprintf(sh, sizeof sh, "N%lld D%lld", (long long)n, (long long)d);
