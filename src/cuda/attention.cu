@@ -25,6 +25,7 @@
  * is ldmatrix.x4.trans, which yields the B fragments of two adjacent n8 tiles. */
 #include "cuda/attention_tiles.h"
 #include "cuda/attention_bwd_fused.h"
+#include "cuda/attention_fwd_wgmma.h"
 
 /* Pipelines: STAGES = 2 double-buffers the streamed tiles (the next tile's cp.async is in flight while
  * the current one is multiplied); STAGES = 1 loads then computes (set QLT_ATTN_STAGES=1 in the
@@ -575,6 +576,10 @@ void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *
     cudaStream_t s = cuda_impl_of(be)->stream;
     bf16 *o = (bf16 *)out;
     const bf16 *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
+    if (qlt_attn_fwd_wgmma_usable(head_dim)) {
+        qlt_attn_fwd_wgmma(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale);
+        return;
+    }
     switch (head_dim) {
     case 16: attn_fwd_dispatch<16>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
     case 32: attn_fwd_dispatch<32>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
