@@ -23,9 +23,9 @@ for g in $groups; do
   case "$g" in *"$filter"*) ;; *) continue ;; esac
   echo "==== $g"
   if [ "$g" = attention_mma ]; then
-    # the attention checks again with the mma.sync forward that GPUs other than compute capability 9.0 run
-    # (on 9.0, head_dim 128 takes the wgmma kernel): rows marked "(mma.sync fwd)"
-    out=$(QLT_ATTN_WGMMA=0 "$bin" attention 2>&1 | sed 's/^| \(attention[^|]*\)|/| \1(mma.sync fwd) |/')
+    # the attention checks again with the mma.sync kernels that GPUs other than compute capability 9.0 run
+    # (on 9.0, head_dim 128 takes the wgmma kernels): rows marked "(mma.sync)"
+    out=$(QLT_ATTN_WGMMA=0 "$bin" attention 2>&1 | sed 's/^| \(attention[^|]*\)|/| \1(mma.sync) |/')
   else
     out=$("$bin" "$g" 2>&1)
   fi

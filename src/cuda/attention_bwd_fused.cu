@@ -20,6 +20,7 @@
  * without GQA they are written as bf16 directly. */
 #include "cuda/attention_bwd_fused.h"
 #include "cuda/attention_tiles.h"
+#include "cuda/attention_bwd_wgmma.h"
 
 #define FUSED_THREADS 256
 
@@ -280,7 +281,9 @@ static void fused_launch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float *dq
     const int64_t n = (int64_t)batch * seq;
     CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, qlt_attn_bwd_fused_acc_bytes(n, n_heads, HD), s));
     const unsigned grid = (unsigned)(((seq + fused_cfg<HD>::BN - 1) / fused_cfg<HD>::BN) * n_heads * batch);
-    if (n_heads == n_kv) {
+    if (qlt_attn_bwd_wgmma_usable(HD)) {
+        qlt_attn_bwd_wgmma(s, dq_acc, dk, dv, pdk, pdv, dsum, dout, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
+    } else if (n_heads == n_kv) {
         attn_smem_attr(attn_bwd_fused_kernel<HD, false>, smem, &attr_mha);
         attn_bwd_fused_kernel<HD, false><<<grid, FUSED_THREADS, smem, s>>>(dq_acc, dk, dv, NULL, NULL, dout, lse, dsum,
                                                                           q, k, v, seg, seq, n_heads, n_kv, scale, batch);

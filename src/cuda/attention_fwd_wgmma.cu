@@ -8,15 +8,10 @@
  * shared memory, K-major), mask + online softmax on the accumulators, then O [64 x 128] += P V as 8 wgmma
  * with P from registers (the S accumulators rounded to bf16 are exactly the A fragments) and V from shared
  * memory read N-major. The two warpgroups' softmax and MMA phases interleave on the SM.
- *
- * Shared memory layout (PTX ISA "shared memory matrix layout", 128-byte swizzle): a [rows x 128] bf16 tile
- * is two column blocks of 64 (128 bytes a row), each [rows][128 B] with the 16-byte chunk c of row r
- * stored at chunk c ^ (r % 8); tiles start on 1024-byte boundaries. Descriptors: K-major (Q, K) with
- * SBO = 1024 (8 rows), a k16 step = +32 bytes within a block, blocks rows x 128 B apart; N-major (V) with
- * LBO = the block stride (the next 64 columns of head_dim), SBO = 1024 (the next 8 keys), a k16 step
- * = +2048 bytes (16 keys). */
+ * Shared-memory layouts and descriptors: wgmma_tiles.h (Q, K K-major; V N-major). */
 #include "cuda/attention_fwd_wgmma.h"
 #include "cuda/attention_tiles.h"
+#include "cuda/wgmma_tiles.h"
 
 #define WGA_THREADS 256
 #define WGA_BM 128 /* query rows a CTA */
@@ -26,66 +21,10 @@
 #define WGA_KV_BYTES (WGA_BN * WGA_HD * 2)
 #define WGA_SMEM (WGA_Q_BYTES + 4 * WGA_KV_BYTES + 1024) /* Q, 2 stages of K and V, alignment slack */
 
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define WGA_DEVICE_CODE 1
-#endif
-
-#ifdef WGA_DEVICE_CODE
-/* d [64 x 128] (+)= A [64 x 16] . B [16 x 128], A and B from shared memory (descriptors) */
-static __device__ __forceinline__ void wgmma_ss(float d[64], uint64_t da, uint64_t db, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(accumulate));
-}
-
-/* d [64 x 128] += A [64 x 16] . B [16 x 128], A from registers (the mma A layout), B from shared memory
- * stored N-major (transposed) */
-static __device__ __forceinline__ void wgmma_rs_tb(float d[64], const uint32_t a[4], uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
-
-static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-static __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-static __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-
-/* registers the asynchronous MMAs read or write stay where they are until the wait (no compiler moves) */
-static __device__ __forceinline__ void reg_fence(float *d, int n) {
-    for (int i = 0; i < n; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-static __device__ __forceinline__ void reg_fence_u(uint32_t *d, int n) {
-    for (int i = 0; i < n; i++) asm volatile("" : "+r"(d[i])::"memory");
-}
-
-/* 128-byte-swizzle descriptor; lbo / sbo in bytes */
-static __device__ __forceinline__ uint64_t wga_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
-           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
-}
-
-/* rows [row0, row0 + ROWS) of a [seq, *] bf16 matrix (row stride `stride`, 128 columns from src) into the
- * swizzled tile at shared address dst; zero-filled beyond seq */
-template <int ROWS>
-static __device__ __forceinline__ void wga_load_tile(uint32_t dst, const bf16 *src, int64_t stride, int row0, int seq) {
-    for (int idx = threadIdx.x; idx < ROWS * 16; idx += WGA_THREADS) {
-        const int r = idx >> 4, c = idx & 15;
-        const bool ok = row0 + r < seq;
-        const bf16 *g = ok ? src + (int64_t)(row0 + r) * stride + c * 8 : src;
-        const uint32_t sa = dst + (c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(g), "r"(ok ? 16 : 0));
-    }
-}
-#endif
-
 static __global__ void __launch_bounds__(WGA_THREADS, 1)
     attn_fwd_wgmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seg_start,
                           int seq, int n_heads, int n_kv, float scale) {
-#ifdef WGA_DEVICE_CODE
+#ifdef WGMMA_DEVICE_CODE
     extern __shared__ __align__(1024) unsigned char wga_smem[];
     __shared__ int s_seg[WGA_BM];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wga_smem);
@@ -104,7 +43,7 @@ static __global__ void __launch_bounds__(WGA_THREADS, 1)
     const int32_t *segb = seg_start + (int64_t)b * seq;
 
     for (int i = threadIdx.x; i < WGA_BM; i += WGA_THREADS) s_seg[i] = m0 + i < seq ? segb[m0 + i] : INT_MAX;
-    wga_load_tile<WGA_BM>(q_s, qb, qs, m0, seq);
+    sw128_load_tile<WGA_BM, WGA_THREADS>(q_s, qb, qs, m0, seq);
     cp_async_commit();
     __syncthreads();
     const int minseg = warp_min_seg(s_seg, WGA_BM);
@@ -120,8 +59,8 @@ static __global__ void __launch_bounds__(WGA_THREADS, 1)
     const int n_begin = (minseg / WGA_BN) * WGA_BN;
     const float sl2 = scale * 1.4426950408889634f;
 
-    wga_load_tile<WGA_BN>(kv_s, kb, ks, n_begin, seq);
-    wga_load_tile<WGA_BN>(kv_s + WGA_KV_BYTES, vb, ks, n_begin, seq);
+    sw128_load_tile<WGA_BN, WGA_THREADS>(kv_s, kb, ks, n_begin, seq);
+    sw128_load_tile<WGA_BN, WGA_THREADS>(kv_s + WGA_KV_BYTES, vb, ks, n_begin, seq);
     cp_async_commit();
 
     float o[64];
@@ -136,12 +75,12 @@ static __global__ void __launch_bounds__(WGA_THREADS, 1)
         const uint32_t k_s = kv_s + st * 2 * WGA_KV_BYTES, v_s = k_s + WGA_KV_BYTES;
         if (n0 + WGA_BN <= last) { /* prefetch the next tile into the other stage (read last iteration) */
             const uint32_t k_n = kv_s + (st ^ 1) * 2 * WGA_KV_BYTES;
-            wga_load_tile<WGA_BN>(k_n, kb, ks, n0 + WGA_BN, seq);
-            wga_load_tile<WGA_BN>(k_n + WGA_KV_BYTES, vb, ks, n0 + WGA_BN, seq);
+            sw128_load_tile<WGA_BN, WGA_THREADS>(k_n, kb, ks, n0 + WGA_BN, seq);
+            sw128_load_tile<WGA_BN, WGA_THREADS>(k_n + WGA_KV_BYTES, vb, ks, n0 + WGA_BN, seq);
         }
         cp_async_commit();
         cp_async_wait<1>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* cp.async writes -> wgmma reads */
+        fence_proxy_async(); /* cp.async writes -> wgmma reads */
         __syncthreads();
         if (n0 <= wg_last) { /* else every key of the tile is after this warpgroup's rows */
             float s[64];
@@ -150,10 +89,10 @@ static __global__ void __launch_bounds__(WGA_THREADS, 1)
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < WGA_HD / 16; kk++)
-                wgmma_ss(s, wga_desc(q_wg + (kk >> 2) * (WGA_BM * 128) + (kk & 3) * 32, 16, 1024),
-                         wga_desc(k_s + (kk >> 2) * (WGA_BN * 128) + (kk & 3) * 32, 16, 1024), 1);
+                wgmma_ss_n128<0, 0>(s, wgmma_desc(q_wg + (kk >> 2) * (WGA_BM * 128) + (kk & 3) * 32, 16, 1024),
+                         wgmma_desc(k_s + (kk >> 2) * (WGA_BN * 128) + (kk & 3) * 32, 16, 1024));
             wgmma_commit();
-            wgmma_wait0();
+            wgmma_wait<0>();
             reg_fence(s, 64);
             /* mask unless every key of the tile is visible to both rows of this thread */
             if (!(n0 + WGA_BN - 1 <= row[0] && n0 >= seg[0] && n0 >= seg[1])) {
@@ -203,9 +142,9 @@ static __global__ void __launch_bounds__(WGA_THREADS, 1)
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < WGA_BN / 16; kk++)
-                wgmma_rs_tb(o, pa[kk], wga_desc(v_s + kk * 2048, WGA_BN * 128, 1024));
+                wgmma_rs_n128_tb(o, pa[kk], wgmma_desc(v_s + kk * 2048, WGA_BN * 128, 1024));
             wgmma_commit();
-            wgmma_wait0();
+            wgmma_wait<0>();
             reg_fence(o, 64);
             reg_fence_u(&pa[0][0], 4 * (WGA_BN / 16));
         }
@@ -229,19 +168,20 @@ static __global__ void __launch_bounds__(WGA_THREADS, 1)
 #endif
 }
 
-bool qlt_attn_fwd_wgmma_usable(int head_dim) {
-    static int usable = -1;
-    if (usable < 0) {
-        /* sm_90a code runs on compute capability 9.0 only; QLT_ATTN_WGMMA=0 selects the mma.sync kernel */
+bool qlt_wgmma_attention_enabled(void) {
+    static int enabled = -1;
+    if (enabled < 0) {
         int dev = 0, major = 0, minor = 0;
         const char *e = getenv("QLT_ATTN_WGMMA");
-        usable = cudaGetDevice(&dev) == cudaSuccess &&
-                 cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                 cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-                 major == 9 && minor == 0 && !(e && e[0] == '0');
+        enabled = cudaGetDevice(&dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+                  major == 9 && minor == 0 && !(e && e[0] == '0');
     }
-    return usable && head_dim == WGA_HD;
+    return enabled;
 }
+
+bool qlt_attn_fwd_wgmma_usable(int head_dim) { return head_dim == WGA_HD && qlt_wgmma_attention_enabled(); }
 
 void qlt_attn_fwd_wgmma(cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                         const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv, float scale) {
