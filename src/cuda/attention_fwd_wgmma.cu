@@ -3,8 +3,8 @@
  * masking, online softmax in exp2, lse per (token, head)), with the tensor cores fed from shared memory
  * directly instead of through ldmatrix into registers, which bounds the mma.sync kernel.
  *
- * CTA: two warpgroups (256 threads), 128 query rows (64 a warpgroup), key tiles of 128, double-buffered by
- * cp.async. Per key tile, each warpgroup: S [64 x 128] = Q K^T as 8 wgmma m64n128k16 (A = Q, B = K, both from
+ * CTA: two warpgroups (256 threads), 128 query rows (64 a warpgroup), key tiles of 128 in three cp.async
+ * stages (so one barrier a tile: the stage being refilled was read two tiles ago). Per key tile, each warpgroup: S [64 x 128] = Q K^T as 8 wgmma m64n128k16 (A = Q, B = K, both from
  * shared memory, K-major), mask + online softmax on the accumulators, then O [64 x 128] += P V as 8 wgmma
  * with P from registers (the S accumulators rounded to bf16 are exactly the A fragments) and V from shared
  * memory read N-major. The two warpgroups' softmax and MMA phases interleave on the SM.
@@ -19,7 +19,8 @@
 #define WGA_HD 128
 #define WGA_Q_BYTES (WGA_BM * WGA_HD * 2)
 #define WGA_KV_BYTES (WGA_BN * WGA_HD * 2)
-#define WGA_SMEM (WGA_Q_BYTES + 4 * WGA_KV_BYTES + 1024) /* Q, 2 stages of K and V, alignment slack */
+#define WGA_STAGES 3
+#define WGA_SMEM (WGA_Q_BYTES + 2 * WGA_STAGES * WGA_KV_BYTES + 1024) /* Q, the K and V stages, alignment slack */
 
 static __global__ void __launch_bounds__(WGA_THREADS, 1)
     attn_fwd_wgmma_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seg_start,
@@ -71,10 +72,11 @@ static __global__ void __launch_bounds__(WGA_THREADS, 1)
 
     int it = 0;
     for (int n0 = n_begin; n0 <= last; n0 += WGA_BN, it++) {
-        const int st = it & 1;
+        const int st = it % WGA_STAGES;
         const uint32_t k_s = kv_s + st * 2 * WGA_KV_BYTES, v_s = k_s + WGA_KV_BYTES;
-        if (n0 + WGA_BN <= last) { /* prefetch the next tile into the other stage (read last iteration) */
-            const uint32_t k_n = kv_s + (st ^ 1) * 2 * WGA_KV_BYTES;
+        if (n0 + WGA_BN <= last) { /* prefetch the next tile into the stage read two iterations ago: every
+                                      thread passed the previous iteration's barrier, so is done with it */
+            const uint32_t k_n = kv_s + ((it + 1) % WGA_STAGES) * 2 * WGA_KV_BYTES;
             sw128_load_tile<WGA_BN, WGA_THREADS>(k_n, kb, ks, n0 + WGA_BN, seq);
             sw128_load_tile<WGA_BN, WGA_THREADS>(k_n + WGA_KV_BYTES, vb, ks, n0 + WGA_BN, seq);
         }
@@ -148,7 +150,6 @@ static __global__ void __launch_bounds__(WGA_THREADS, 1)
             reg_fence(o, 64);
             reg_fence_u(&pa[0][0], 4 * (WGA_BN / 16));
         }
-        __syncthreads(); /* this stage is refilled by the next iteration's prefetch */
     }
     cp_async_wait<0>();
 #pragma unroll
