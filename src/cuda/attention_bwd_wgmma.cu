@@ -119,16 +119,6 @@ static __global__ void __launch_bounds__(WGB_THREADS, 1)
                 st[nt * 4 + e] = p;
                 dpt[nt * 4 + e] = p * (dpt[nt * 4 + e] - tD[ci]);
             }
-        /* dS^T into shared memory [128 keys][64 queries] (one swizzled block) for dQ */
-#pragma unroll
-        for (int nt = 0; nt < BM / 8; nt++)
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const int kr = kl0 + hf * 8;
-                const uint32_t off = kr * 128 + ((nt ^ (kr & 7)) << 4) + t * 4;
-                const uint32_t val = pack_bf16(dpt[nt * 4 + 2 * hf], dpt[nt * 4 + 2 * hf + 1]);
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_s + off), "r"(val) : "memory");
-            }
         /* P^T and dS^T as A fragments: k16 step kq covers the query n8 tiles 2 kq, 2 kq + 1 */
         uint32_t pa[BM / 16][4], sa[BM / 16][4];
 #pragma unroll
@@ -142,6 +132,16 @@ static __global__ void __launch_bounds__(WGB_THREADS, 1)
             sa[kq][2] = pack_bf16(dpt[8 * kq + 4], dpt[8 * kq + 5]);
             sa[kq][3] = pack_bf16(dpt[8 * kq + 6], dpt[8 * kq + 7]);
         }
+        /* dS^T into shared memory [128 keys][64 queries] (one swizzled block) for dQ: the same bf16 pairs,
+         * sa[kq][2 (nt & 1) + hf] holding query tile nt = 2 kq + (nt & 1), key row kl0 + 8 hf */
+#pragma unroll
+        for (int nt = 0; nt < BM / 8; nt++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int kr = kl0 + hf * 8;
+                const uint32_t off = kr * 128 + ((nt ^ (kr & 7)) << 4) + t * 4;
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_s + off), "r"(sa[nt >> 1][2 * (nt & 1) + hf]) : "memory");
+            }
 
         /* 3. dV_w += P^T dO, dK_w += dS^T Q */
         wgmma_fence();
