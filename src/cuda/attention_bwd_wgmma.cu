@@ -121,17 +121,8 @@ static __global__ void __launch_bounds__(WGB_THREADS, 1)
             }
         /* P^T and dS^T as A fragments: k16 step kq covers the query n8 tiles 2 kq, 2 kq + 1 */
         uint32_t pa[BM / 16][4], sa[BM / 16][4];
-#pragma unroll
-        for (int kq = 0; kq < BM / 16; kq++) {
-            pa[kq][0] = pack_bf16(st[8 * kq + 0], st[8 * kq + 1]);
-            pa[kq][1] = pack_bf16(st[8 * kq + 2], st[8 * kq + 3]);
-            pa[kq][2] = pack_bf16(st[8 * kq + 4], st[8 * kq + 5]);
-            pa[kq][3] = pack_bf16(st[8 * kq + 6], st[8 * kq + 7]);
-            sa[kq][0] = pack_bf16(dpt[8 * kq + 0], dpt[8 * kq + 1]);
-            sa[kq][1] = pack_bf16(dpt[8 * kq + 2], dpt[8 * kq + 3]);
-            sa[kq][2] = pack_bf16(dpt[8 * kq + 4], dpt[8 * kq + 5]);
-            sa[kq][3] = pack_bf16(dpt[8 * kq + 6], dpt[8 * kq + 7]);
-        }
+        acc_to_a_frags<BM / 16>(pa, st);
+        acc_to_a_frags<BM / 16>(sa, dpt);
         /* dS^T into shared memory [128 keys][64 queries] (one swizzled block) for dQ: the same bf16 pairs,
          * sa[kq][2 (nt & 1) + hf] holding query tile nt = 2 kq + (nt & 1), key row kl0 + 8 hf */
 #pragma unroll

@@ -134,13 +134,7 @@ static __global__ void __launch_bounds__(WGA_THREADS, 1)
             }
             /* P as the A fragments: k16 step kk covers the n8 tiles 2kk, 2kk + 1 */
             uint32_t pa[WGA_BN / 16][4];
-#pragma unroll
-            for (int kk = 0; kk < WGA_BN / 16; kk++) {
-                pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
-                pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-                pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-                pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
-            }
+            acc_to_a_frags<WGA_BN / 16>(pa, s);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < WGA_BN / 16; kk++)

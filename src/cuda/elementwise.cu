@@ -238,17 +238,8 @@ void qlt_cuda_copy(qlt_backend *be, void *out, const void *x, int64_t count) {
 /* dst [rows, cols] (row stride ldd) = src [rows, cols] (row stride lds), bf16: the [x | T3] operands of the
  * folded GEMMs. 16 bytes a thread when every stride and pointer allows it (cudaMemcpy2DAsync moved these
  * rows at ~1.6 TB/s on the H100, this at ~2.7). */
-static __global__ void copy_rows8_kernel(uint4 *dst, int64_t ldd8, const uint4 *src, int64_t lds8, int64_t rows,
-                                         int64_t cols8) {
-    const int64_t total = rows * cols8;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t row = i / cols8, c = i - row * cols8;
-        dst[row * ldd8 + c] = src[row * lds8 + c];
-    }
-}
-
-static __global__ void copy_rows_kernel(bf16 *dst, int64_t ldd, const bf16 *src, int64_t lds, int64_t rows,
-                                        int64_t cols) {
+template <typename T>
+static __global__ void copy_rows_kernel(T *dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols) {
     const int64_t total = rows * cols;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = i / cols, c = i - row * cols;
@@ -260,10 +251,10 @@ void qlt_cuda_copy_rows(cudaStream_t s, bf16 *dst, int64_t ldd, const bf16 *src,
                         int64_t cols) {
     if (rows <= 0 || cols <= 0) return;
     if (((cols | ldd | lds) & 7) == 0 && (((uintptr_t)dst | (uintptr_t)src) & 15) == 0)
-        copy_rows8_kernel<<<qlt_grid(rows * cols / 8, 256), 256, 0, s>>>((uint4 *)dst, ldd / 8, (const uint4 *)src,
-                                                                         lds / 8, rows, cols / 8);
+        copy_rows_kernel<uint4><<<qlt_grid(rows * cols / 8, 256), 256, 0, s>>>((uint4 *)dst, ldd / 8, (const uint4 *)src,
+                                                                              lds / 8, rows, cols / 8);
     else
-        copy_rows_kernel<<<qlt_grid(rows * cols, 256), 256, 0, s>>>(dst, ldd, src, lds, rows, cols);
+        copy_rows_kernel<bf16><<<qlt_grid(rows * cols, 256), 256, 0, s>>>(dst, ldd, src, lds, rows, cols);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -17,7 +17,7 @@
 #ifndef QLT_CUDA_WGMMA_TILES_H
 #define QLT_CUDA_WGMMA_TILES_H
 
-#include "cuda/cuda_common.h"
+#include "cuda/attention_tiles.h" /* pack_bf16 */
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define WGMMA_DEVICE_CODE 1
@@ -64,6 +64,18 @@ static __device__ __forceinline__ void reg_fence(float *d, int n) {
 }
 static __device__ __forceinline__ void reg_fence_u(uint32_t *d, int n) {
     for (int i = 0; i < n; i++) asm volatile("" : "+r"(d[i])::"memory");
+}
+
+/* The A fragments of a register-A wgmma from accumulators (the layout above): k16 step kk takes the n8
+ * tiles 2 kk and 2 kk + 1, rounded to bf16 pairwise. acc holds 8 * KSTEPS floats. */
+template <int KSTEPS> static __device__ __forceinline__ void acc_to_a_frags(uint32_t a[KSTEPS][4], const float *acc) {
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+        a[kk][0] = pack_bf16(acc[8 * kk + 0], acc[8 * kk + 1]);
+        a[kk][1] = pack_bf16(acc[8 * kk + 2], acc[8 * kk + 3]);
+        a[kk][2] = pack_bf16(acc[8 * kk + 4], acc[8 * kk + 5]);
+        a[kk][3] = pack_bf16(acc[8 * kk + 6], acc[8 * kk + 7]);
+    }
 }
 
 /* 128-byte-swizzle descriptor of the operand at shared address saddr; lbo / sbo in bytes */
