@@ -115,6 +115,16 @@ static __device__ __forceinline__ uint4 qlt_bf16x8_pack(const float f[8]) {
     return raw;
 }
 
+/* element j of site `site` of a T3 row (lora.cu's token operand: per site [lo | hi | hi] of an fp32 value, r
+ * wide each, hi = bf16(v), lo = bf16(v - hi)) */
+static __device__ __forceinline__ void qlt_store_t3(bf16 *row, int site, int r, int j, float v) {
+    const bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
+    bf16 *o = row + (int64_t)site * 3 * r + j;
+    o[0] = lo;
+    o[r] = hi;
+    o[2 * r] = hi;
+}
+
 /* grid size for n items in blocks of `threads`, capped for grid-stride loops */
 static inline unsigned qlt_grid(int64_t n, int threads, int64_t cap = 65535LL * 32) {
     int64_t g = (n + threads - 1) / threads;

@@ -64,12 +64,7 @@ static __global__ void split3_kernel(bf16 *out, int64_t ld_out, const float *x, 
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t row = i / kr;
         int c = (int)(i - row * kr), site = c / r, j = c - site * r;
-        float v = x[i];
-        bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
-        bf16 *o = out + row * ld_out + (int64_t)site * 3 * r + j;
-        o[0] = lo;
-        o[r] = hi;
-        o[2 * r] = hi;
+        qlt_store_t3(out + row * ld_out, site, r, j, x[i]);
     }
 }
 
@@ -130,13 +125,7 @@ static __global__ void sum_first_two_kernel(float *u, const float *p, int64_t ro
         const float *src = p + row * 3 * kr + (int64_t)site * 3 * r + j;
         const float v = src[0] + src[r];
         u[i] = v;
-        if (tok) {
-            bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
-            bf16 *o = tok + row * ld_tok + (int64_t)site * 3 * r + j;
-            o[0] = lo;
-            o[r] = hi;
-            o[2 * r] = hi;
-        }
+        if (tok) qlt_store_t3(tok + row * ld_tok, site, r, j, v);
     }
 }
 

@@ -237,13 +237,7 @@ static __global__ void dudb_reduce_kernel(dudb_args a, int r, int tbs, float *du
             for (int s = a.split0[site]; s < a.split0[site + 1]; s++) v += a.p_du[((int64_t)s * a.n + row) * r + j];
             v *= scale;
             du[idx] = v;
-            if (tok) {
-                bf16 hi = __float2bfloat16(v), lo = __float2bfloat16(v - __bfloat162float(hi));
-                bf16 *o = tok + row * ld_tok + (int64_t)site * 3 * r + j;
-                o[0] = lo;
-                o[r] = hi;
-                o[2 * r] = hi;
-            }
+            if (tok) qlt_store_t3(tok + row * ld_tok, site, r, j, v);
         } else {
             const int64_t e = idx - du_total, col = e / r;
             const int j = (int)(e - col * r);
