@@ -26,6 +26,7 @@
 #include "cuda/attention_tiles.h"
 #include "cuda/attention_bwd_fused.h"
 #include "cuda/attention_fwd_wgmma.h"
+#include "cuda/attention_bwd_wgmma.h"
 
 /* Pipelines: STAGES = 2 double-buffers the streamed tiles (the next tile's cp.async is in flight while
  * the current one is multiplied); STAGES = 1 loads then computes (set QLT_ATTN_STAGES=1 in the
@@ -692,6 +693,18 @@ void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float
         float *acc = (float *)(part + attn_partials_bytes(n, n_heads, n_kv_heads, head_dim));
         qlt_attn_bwd_fused(s, a, bk, c, acc, pdk, pdv, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads,
                            n_kv_heads, head_dim, scale);
+        if (n_heads != n_kv_heads) {
+            attn_group_sum_kernel<<<qlt_grid(n * n_kv_heads * head_dim / 8, 256), 256, 0, s>>>(bk, c, pdk, pdv, n, n_heads,
+                                                                                           n_kv_heads, head_dim);
+            CUDA_CHECK_LAUNCH();
+        }
+        return;
+    }
+    if (qlt_attn_bwd_wgmma_usable(head_dim)) { /* deterministic on compute 9.0: the wgmma kernels */
+        const int64_t n = (int64_t)batch * seq;
+        bf16 *pdk = (bf16 *)((char *)scratch + attn_partials_offset(n, n_heads)), *pdv = pdk + n * n_heads * head_dim;
+        qlt_attn_bwd_wgmma_deterministic(s, a, bk, c, pdk, pdv, scratch, d, lse, qq, kk, vv, seg_start, batch, seq,
+                                         n_heads, n_kv_heads, scale);
         if (n_heads != n_kv_heads) {
             attn_group_sum_kernel<<<qlt_grid(n * n_kv_heads * head_dim / 8, 256), 256, 0, s>>>(bk, c, pdk, pdv, n, n_heads,
                                                                                            n_kv_heads, head_dim);

@@ -12,4 +12,11 @@ void qlt_attn_bwd_wgmma(cudaStream_t s, float *dq_acc, bf16 *dk, bf16 *dv, bf16 
                         const bf16 *dout, const float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                         const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv, float scale);
 
+/* train.deterministic: dK / dV by the same kernel without dQ, then dQ [B*S, n_heads*128] bf16 by a kernel that
+ * owns its queries (no atomics: bitwise reproducible) */
+void qlt_attn_bwd_wgmma_deterministic(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, bf16 *pdk, bf16 *pdv,
+                                      const float *dsum, const bf16 *dout, const float *lse, const bf16 *q,
+                                      const bf16 *k, const bf16 *v, const int32_t *seg_start, int batch, int seq,
+                                      int n_heads, int n_kv, float scale);
+
 #endif
