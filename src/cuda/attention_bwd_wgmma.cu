@@ -13,7 +13,10 @@
  *      dQ[:, 64 w..] += dS K[:, 64 w..]      [64 queries x 64]        A = dS^T M-major, B = K N-major
  *      added to the fp32 accumulator with red.global.add.v2.
  * With train.deterministic the same kernel runs without step 4 (WITH_DQ false) and attn_dq_wgmma_kernel
- * below computes dQ with no atomics. Layouts and descriptors: wgmma_tiles.h. */
+ * below computes dQ with no atomics. Layouts and descriptors: wgmma_tiles.h.
+ * Tensors: q, dout [B*S, n_heads*128], k, v [B*S, n_kv*128] (bf16); lse, dsum (D) [B*S, n_heads] fp32;
+ * seg_start [B*S]; dq_acc [B*S, n_heads, 128] fp32 (zeroed by the caller); dk, dv [B*S, n_kv*128] bf16, or
+ * with GQA the partials pdk, pdv [B*S, n_heads*128]; the deterministic dq [B*S, n_heads*128] bf16. */
 #include "cuda/attention_bwd_wgmma.h"
 #include "cuda/attention_tiles.h"
 #include "cuda/wgmma_tiles.h"

@@ -8,7 +8,8 @@
  * shared memory, K-major), mask + online softmax on the accumulators, then O [64 x 128] += P V as 8 wgmma
  * with P from registers (the S accumulators rounded to bf16 are exactly the A fragments) and V from shared
  * memory read N-major. The two warpgroups' softmax and MMA phases interleave on the SM.
- * Shared-memory layouts and descriptors: wgmma_tiles.h (Q, K K-major; V N-major). */
+ * Shared-memory layouts and descriptors: wgmma_tiles.h (Q, K K-major; V N-major).
+ * Tensors: q, out [B*S, n_heads*128], k, v [B*S, n_kv*128] (bf16); lse [B*S, n_heads] fp32; seg_start [B*S]. */
 #include "cuda/attention_fwd_wgmma.h"
 #include "cuda/attention_tiles.h"
 #include "cuda/wgmma_tiles.h"
