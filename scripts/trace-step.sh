@@ -12,11 +12,19 @@ mb=$3
 mode=${4:-graph}
 top=${5:-30}
 export LD_LIBRARY_PATH=$bin:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+if [ ! -f "$bin/libkernel_trace.so" ]; then
+  echo "trace-step: $bin/libkernel_trace.so not found: build it with scripts/package-gpu.sh (needs CUPTI's headers)" >&2
+  exit 2
+fi
 tsv=${OUT:-/tmp}/trace-$(basename "$model" .json)-mb$mb-$mode.tsv
 graph_flag=--cuda-graph
 [ "$mode" = eager ] && graph_flag=
 QLT_TRACE_OUT=$tsv LD_PRELOAD=$PWD/$bin/libkernel_trace.so "$bin/qlora-train" bench --model "$model" \
   --micro-batch "$mb" --seq 2048 --steps 3 --warmup 2 $graph_flag | grep tokens/s
+if [ ! -s "$tsv" ]; then
+  echo "trace-step: no trace written to $tsv (CUPTI could not be enabled?)" >&2
+  exit 1
+fi
 python3 - "$tsv" "$top" <<'PY'
 import collections, re, sys
 path, top = sys.argv[1], int(sys.argv[2])
