@@ -686,25 +686,21 @@ void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float
     CUDA_CHECK_LAUNCH();
     bf16 *a = (bf16 *)dq, *bk = (bf16 *)dk, *c = (bf16 *)dv;
     const bf16 *d = (const bf16 *)dout, *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
-    if (qlt_attn_bwd_fused_supported(head_dim) && !be->deterministic) {
+    /* the one-pass backward (dQ by atomics), or with be->deterministic on compute 9.0 the wgmma kernels; both
+     * leave GQA's dK / dV as per-head partials that the group sum adds up */
+    const bool fused = qlt_attn_bwd_fused_supported(head_dim) && !be->deterministic;
+    if (fused || qlt_attn_bwd_wgmma_usable(head_dim)) {
         const int64_t n = (int64_t)batch * seq;
         char *part = (char *)scratch + attn_partials_offset(n, n_heads);
         bf16 *pdk = (bf16 *)part, *pdv = pdk + n * n_heads * head_dim;
-        float *acc = (float *)(part + attn_partials_bytes(n, n_heads, n_kv_heads, head_dim));
-        qlt_attn_bwd_fused(s, a, bk, c, acc, pdk, pdv, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads,
-                           n_kv_heads, head_dim, scale);
-        if (n_heads != n_kv_heads) {
-            attn_group_sum_kernel<<<qlt_grid(n * n_kv_heads * head_dim / 8, 256), 256, 0, s>>>(bk, c, pdk, pdv, n, n_heads,
-                                                                                           n_kv_heads, head_dim);
-            CUDA_CHECK_LAUNCH();
+        if (fused) {
+            float *acc = (float *)(part + attn_partials_bytes(n, n_heads, n_kv_heads, head_dim));
+            qlt_attn_bwd_fused(s, a, bk, c, acc, pdk, pdv, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads,
+                               n_kv_heads, head_dim, scale);
+        } else {
+            qlt_attn_bwd_wgmma_deterministic(s, a, bk, c, pdk, pdv, scratch, d, lse, qq, kk, vv, seg_start, batch, seq,
+                                             n_heads, n_kv_heads, scale);
         }
-        return;
-    }
-    if (qlt_attn_bwd_wgmma_usable(head_dim)) { /* deterministic on compute 9.0: the wgmma kernels */
-        const int64_t n = (int64_t)batch * seq;
-        bf16 *pdk = (bf16 *)((char *)scratch + attn_partials_offset(n, n_heads)), *pdv = pdk + n * n_heads * head_dim;
-        qlt_attn_bwd_wgmma_deterministic(s, a, bk, c, pdk, pdv, scratch, d, lse, qq, kk, vv, seg_start, batch, seq,
-                                         n_heads, n_kv_heads, scale);
         if (n_heads != n_kv_heads) {
             attn_group_sum_kernel<<<qlt_grid(n * n_kv_heads * head_dim / 8, 256), 256, 0, s>>>(bk, c, pdk, pdv, n, n_heads,
                                                                                            n_kv_heads, head_dim);

@@ -339,39 +339,38 @@ static __global__ void __launch_bounds__(WGB_THREADS, 1)
 
 bool qlt_attn_bwd_wgmma_usable(int head_dim) { return head_dim == WGB_HD && qlt_wgmma_attention_enabled(); }
 
-void qlt_attn_bwd_wgmma(cudaStream_t s, float *dq_acc, bf16 *dk, bf16 *dv, bf16 *pdk, bf16 *pdv, const float *dsum,
-                        const bf16 *dout, const float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                        const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv, float scale) {
+/* the backward kernel over a 1-D grid of key tiles: dK / dV, or GQA's per-head partials; with WITH_DQ also
+ * dQ into dq_acc */
+template <bool WITH_DQ>
+static void bwd_launch(cudaStream_t s, float *dq_acc, bf16 *dk, bf16 *dv, bf16 *pdk, bf16 *pdv, const float *dsum,
+                       const bf16 *dout, const float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                       const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv, float scale) {
     static bool attr_mha = false, attr_gqa = false;
     const unsigned grid = (unsigned)(((seq + WGB_BN - 1) / WGB_BN) * n_heads * batch);
     if (n_heads == n_kv) {
-        attn_smem_attr(attn_bwd_wgmma_kernel<false, true>, WGB_SMEM, &attr_mha);
-        attn_bwd_wgmma_kernel<false, true><<<grid, WGB_THREADS, WGB_SMEM, s>>>(
+        attn_smem_attr(attn_bwd_wgmma_kernel<false, WITH_DQ>, WGB_SMEM, &attr_mha);
+        attn_bwd_wgmma_kernel<false, WITH_DQ><<<grid, WGB_THREADS, WGB_SMEM, s>>>(
             dq_acc, dk, dv, NULL, NULL, dout, lse, dsum, q, k, v, seg_start, seq, n_heads, n_kv, scale, batch);
     } else {
-        attn_smem_attr(attn_bwd_wgmma_kernel<true, true>, WGB_SMEM, &attr_gqa);
-        attn_bwd_wgmma_kernel<true, true><<<grid, WGB_THREADS, WGB_SMEM, s>>>(
+        attn_smem_attr(attn_bwd_wgmma_kernel<true, WITH_DQ>, WGB_SMEM, &attr_gqa);
+        attn_bwd_wgmma_kernel<true, WITH_DQ><<<grid, WGB_THREADS, WGB_SMEM, s>>>(
             dq_acc, NULL, NULL, pdk, pdv, dout, lse, dsum, q, k, v, seg_start, seq, n_heads, n_kv, scale, batch);
     }
     CUDA_CHECK_LAUNCH();
+}
+
+void qlt_attn_bwd_wgmma(cudaStream_t s, float *dq_acc, bf16 *dk, bf16 *dv, bf16 *pdk, bf16 *pdv, const float *dsum,
+                        const bf16 *dout, const float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                        const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv, float scale) {
+    bwd_launch<true>(s, dq_acc, dk, dv, pdk, pdv, dsum, dout, lse, q, k, v, seg_start, batch, seq, n_heads, n_kv, scale);
 }
 
 void qlt_attn_bwd_wgmma_deterministic(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, bf16 *pdk, bf16 *pdv,
                                       const float *dsum, const bf16 *dout, const float *lse, const bf16 *q,
                                       const bf16 *k, const bf16 *v, const int32_t *seg_start, int batch, int seq,
                                       int n_heads, int n_kv, float scale) {
-    static bool attr_mha = false, attr_gqa = false, attr_dq = false;
-    const unsigned grid = (unsigned)(((seq + WGB_BN - 1) / WGB_BN) * n_heads * batch);
-    if (n_heads == n_kv) {
-        attn_smem_attr(attn_bwd_wgmma_kernel<false, false>, WGB_SMEM, &attr_mha);
-        attn_bwd_wgmma_kernel<false, false><<<grid, WGB_THREADS, WGB_SMEM, s>>>(
-            NULL, dk, dv, NULL, NULL, dout, lse, dsum, q, k, v, seg_start, seq, n_heads, n_kv, scale, batch);
-    } else {
-        attn_smem_attr(attn_bwd_wgmma_kernel<true, false>, WGB_SMEM, &attr_gqa);
-        attn_bwd_wgmma_kernel<true, false><<<grid, WGB_THREADS, WGB_SMEM, s>>>(
-            NULL, NULL, NULL, pdk, pdv, dout, lse, dsum, q, k, v, seg_start, seq, n_heads, n_kv, scale, batch);
-    }
-    CUDA_CHECK_LAUNCH();
+    static bool attr_dq = false;
+    bwd_launch<false>(s, NULL, dk, dv, pdk, pdv, dsum, dout, lse, q, k, v, seg_start, batch, seq, n_heads, n_kv, scale);
     attn_smem_attr(attn_dq_wgmma_kernel, WGQ_SMEM, &attr_dq);
     dim3 gq(n_heads, batch, (seq + WGQ_BM - 1) / WGQ_BM);
     attn_dq_wgmma_kernel<<<gq, WGB_THREADS, WGQ_SMEM, s>>>(dq, dout, lse, dsum, q, k, v, seg_start, seq, n_heads, n_kv,
