@@ -227,9 +227,7 @@ const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int
             if (be->phase) be->phase(be, was);
         } else {
             QLT_ASSERT(w[i]->format == QLT_WFORMAT_BF16);
-            CUDA_CHECK(cudaMemcpy2DAsync(dst, sizeof(bf16) * (size_t)ld, w[i]->data, sizeof(bf16) * (size_t)cols,
-                                         sizeof(bf16) * (size_t)cols, (size_t)w[i]->rows, cudaMemcpyDeviceToDevice,
-                                         impl->stream));
+            qlt_cuda_copy_rows(impl->stream, dst, ld, (const bf16 *)w[i]->data, cols, w[i]->rows, cols);
         }
         dst += w[i]->rows * ld;
     }

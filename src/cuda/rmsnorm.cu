@@ -2,7 +2,8 @@
  * single heads for Qwen3's q/k norms, d = head_dim), and its fusions with neighbours: the residual add
  * before it (add_rmsnorm: the sum is written and normalized in one pass) and, for Qwen3's per-head q/k
  * norms, the RoPE after it (head_norm_rope, forward and backward). fp32 math; 16-byte loads when
- * d % 8 == 0, and then, for d <= 4096, the row held in registers between the two passes.
+ * d % 8 == 0, and then the row held in registers between the two passes (forward d <= 4096, backward
+ * d <= 2048).
  * fwd: y = x * r * w, r = rsqrt(mean(x^2) + eps) saved.  bwd: dx = beta dx + r w dy - x r^3/d sum(w dy x). */
 #include "cuda/cuda_common.h"
 
@@ -213,10 +214,14 @@ static __global__ void rmsnorm_bwd_reg_kernel(bf16 *dx, const bf16 *dy, const bf
     }
 }
 
-/* The register-resident kernels' chunk count for d (0: none fits, stream the row). */
-static int rms_reg_chunks(int64_t d) {
+/* The register-resident kernels' chunk count for d, at most max_ch (0: none fits, stream the row). The
+ * forward holds one row (up to 16 chunks, d <= 4096); the backward holds two (x and dy), and past 8 chunks
+ * (d > 2048) its 184+ registers a thread leave too few warps an SM: at d = 3584 it ran 38 us a call against
+ * the streaming kernel's 30 (H100, 7B mb1), so it stops at 8. */
+static int rms_reg_chunks(int64_t d, int max_ch) {
     const int64_t ch = (d + 255) / 256;
-    return ch <= 2 ? 2 : ch <= 4 ? 4 : ch <= 6 ? 6 : ch <= 8 ? 8 : ch <= 12 ? 12 : ch <= 16 ? 16 : 0;
+    const int c = ch <= 2 ? 2 : ch <= 4 ? 4 : ch <= 6 ? 6 : ch <= 8 ? 8 : ch <= 12 ? 12 : ch <= 16 ? 16 : 0;
+    return c <= max_ch ? c : 0;
 }
 
 #define RMS_REG_DISPATCH(CHUNKS, LAUNCH) \
@@ -229,6 +234,14 @@ static int rms_reg_chunks(int64_t d) {
     default: LAUNCH(16); break;          \
     }
 
+#define RMS_REG_DISPATCH_TO8(CHUNKS, LAUNCH) \
+    switch (CHUNKS) {                        \
+    case 2: LAUNCH(2); break;                \
+    case 4: LAUNCH(4); break;                \
+    case 6: LAUNCH(6); break;                \
+    default: LAUNCH(8); break;               \
+    }
+
 static bool rms_vec_ok(int64_t d, const void *a, const void *b, const void *c) {
     return (d & 7) == 0 && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
 }
@@ -238,7 +251,7 @@ void qlt_cuda_rmsnorm_fwd(qlt_backend *be, void *y, float *rstd, const void *x, 
     if (n <= 0) return;
     cudaStream_t s = cuda_impl_of(be)->stream;
     unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
-    const int ch = rms_reg_chunks(d);
+    const int ch = rms_reg_chunks(d, 16);
 #define RMS_FWD(CH)                                                                                          \
     rmsnorm_fwd_reg_kernel<CH, false><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, nullptr, \
                                                                       nullptr, w, n, (int)d, eps)
@@ -259,7 +272,7 @@ void qlt_cuda_add_rmsnorm_fwd(qlt_backend *be, void *sum, void *y, float *rstd, 
     if (n <= 0) return;
     cudaStream_t s = cuda_impl_of(be)->stream;
     unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
-    const int ch = rms_reg_chunks(d);
+    const int ch = rms_reg_chunks(d, 16);
 #define RMS_ADD(CH)                                                                                            \
     rmsnorm_fwd_reg_kernel<CH, true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)a,           \
                                                                      (const bf16 *)b, (bf16 *)sum, w, n, (int)d, eps)
@@ -280,12 +293,12 @@ void qlt_cuda_rmsnorm_bwd(qlt_backend *be, void *dx, const void *dy, const void 
     if (n <= 0) return;
     cudaStream_t s = cuda_impl_of(be)->stream;
     unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
-    const int ch = rms_reg_chunks(d);
+    const int ch = rms_reg_chunks(d, 8);
 #define RMS_BWD(CH)                                                                                          \
     rmsnorm_bwd_reg_kernel<CH><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, \
                                                                w, n, (int)d, beta)
     if (ch && rms_vec_ok(d, dx, dy, x) && rms_vec_ok(d, w, w, w))
-        RMS_REG_DISPATCH(ch, RMS_BWD)
+        RMS_REG_DISPATCH_TO8(ch, RMS_BWD)
 #undef RMS_BWD
     else if (rms_vec_ok(d, dx, dy, x))
         rmsnorm_bwd_kernel<true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, w,

@@ -206,7 +206,8 @@ void check_rmsnorm(void) {
     if (!gpu()) return;
     gpu_rng r = {12};
     /* d: below a warp's 256 (64, 96), the register-resident rows of 4, 6, 8, 12, 14 chunks (896, 1536, 2048,
-     * 3072, 3584), one too wide for them (5120: streamed), and d % 8 != 0 (36: scalar) */
+     * 3072, 3584; the backward holds rows up to 8 chunks and streams 3072 and 3584), one too wide for any
+     * of them (5120: streamed), and d % 8 != 0 (36: scalar) */
     const int64_t shapes[][2] = {{1, 64},   {7, 96},   {300, 896}, {33, 36},
                                  {64, 3584}, {40, 1536}, {17, 2048}, {9, 3072}, {5, 5120}};
     for (int s = 0; s < 9; s++) {
