@@ -5,6 +5,8 @@
 # qlora-train: NF4 base (double quant), LoRA r 16 on all seven projections, random weights and tokens,
 # the step captured as a CUDA graph.
 # HF + PEFT: bf16 base (no quantization), SDPA, the same LoRA, torch AdamW.
+# Each run's SM clock and power are sampled every 100 ms (nvidia-smi): the table gives the median SM clock of
+# its busy samples (power > 300 W) and the share of them throttled by the power cap (reason 0x4).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-carry/bin}
@@ -21,19 +23,50 @@ cases=(
   "qwen2.5-7b mb4, both checkpointing|qwen2.5-7b|4|2048|--cuda-graph --grad-checkpoint layer|--grad-checkpoint"
 )
 [ -n "${BENCH_CASES:-}" ] && IFS=';' read -r -a cases <<< "$BENCH_CASES"
-printf "| shape | qlora-train tokens/s | peak GiB | HF+PEFT tokens/s | peak GiB | speed-up |\n|---|---|---|---|---|---|\n" > "$out/table.md"
+# sample FILE: nvidia-smi's clock / power / throttle samples into FILE until stop_sample
+sample() {
+  nvidia-smi --query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active --format=csv,noheader,nounits \
+    -lms 100 > "$1" 2>/dev/null &
+  sampler=$!
+}
+stop_sample() { kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null; }
+# clock FILE: "median MHz (capped %)" over the busy samples, or "-"
+clock() {
+  python3 - "$1" <<'PY'
+import statistics, sys
+busy = []
+for line in open(sys.argv[1]):
+    f = [x.strip() for x in line.split(",")]
+    try:
+        mhz, watts, reasons = float(f[0]), float(f[1]), int(f[2], 16)
+    except (ValueError, IndexError):
+        continue
+    if watts > 300:
+        busy.append((mhz, reasons & 0x4))
+if busy:
+    capped = 100 * sum(1 for _, c in busy if c) / len(busy)
+    print(f"{statistics.median(m for m, _ in busy):.0f} ({capped:.0f}%)")
+else:
+    print("-")
+PY
+}
+printf "| shape | qlora-train tokens/s | peak GiB | SM MHz (power-capped) | HF+PEFT tokens/s | peak GiB | SM MHz (power-capped) | speed-up |\n|---|---|---|---|---|---|---|---|\n" > "$out/table.md"
 for c in "${cases[@]}"; do
   IFS='|' read -r name cfg mb seq qflags hflags <<< "$c"
+  sample "$out/$cfg-$mb-qlt.smi"
   q=$("$bin/qlora-train" bench --model "$models/$cfg.json" --micro-batch "$mb" --seq "$seq" --steps "$steps" \
        --warmup 3 --json $qflags 2>"$out/$cfg-$mb-qlt.err" | tail -1)
+  stop_sample
   echo "qlora-train $name: $q"
   mkdir -p "$out/hf-$cfg" && cp "$models/$cfg.json" "$out/hf-$cfg/config.json"
+  sample "$out/$cfg-$mb-hf.smi"
   h=$(python3 scripts/hf_reference.py --config "$out/hf-$cfg/config.json" --out "$out/hf-$cfg" --steps $((steps + 3)) \
        --warmup 3 --batch "$mb" --seq "$seq" --time-only $hflags 2>"$out/$cfg-$mb-hf.err" | tail -1)
+  stop_sample
   echo "HF+PEFT $name: $h"
-  python3 - "$name" "$q" "$h" >> "$out/table.md" <<'PY'
+  python3 - "$name" "$q" "$h" "$(clock "$out/$cfg-$mb-qlt.smi")" "$(clock "$out/$cfg-$mb-hf.smi")" >> "$out/table.md" <<'PY'
 import json, sys
-name, q, h = sys.argv[1], sys.argv[2], sys.argv[3]
+name, q, h, qclk, hclk = sys.argv[1:6]
 def get(s):
     try:
         return json.loads(s)
@@ -42,7 +75,7 @@ def get(s):
 a, b = get(q), get(h)
 fa = lambda d, k, f: (f % d[k]) if d else "failed"
 sp = f"{a['tokens_per_s'] / b['tokens_per_s']:.2f}x" if a and b else "-"
-print(f"| {name} | {fa(a, 'tokens_per_s', '%.0f')} | {fa(a, 'peak_gib', '%.1f')} | {fa(b, 'tokens_per_s', '%.0f')} | {fa(b, 'peak_gib', '%.1f')} | {sp} |")
+print(f"| {name} | {fa(a, 'tokens_per_s', '%.0f')} | {fa(a, 'peak_gib', '%.1f')} | {qclk} | {fa(b, 'tokens_per_s', '%.0f')} | {fa(b, 'peak_gib', '%.1f')} | {hclk} | {sp} |")
 PY
 done
 cat "$out/table.md"

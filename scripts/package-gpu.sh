@@ -2,7 +2,8 @@
 # package-gpu.sh: on the development machine (no GPU), builds the release with CUDA and gathers what a
 # GPU-machine run needs into carry/ (ignored by git; named in the device call's `carry`):
 #   carry/bin/     qlora-train, qlt_gpu_check and the shared libraries the GPU machine lacks (rpath $ORIGIN),
-#                  and libkernel_trace.so (tools/kernel_trace.c) with the CUPTI it was built against
+#                  libkernel_trace.so (tools/kernel_trace.c) with the CUPTI it was built against, and
+#                  gemm_probe (tools/gemm_probe.cu)
 #   carry/models/  config.json of the real models of ../shared/models (random-weight benchmarks)
 #   carry/assets/  with --assets: sotu.jsonl and the real Qwen3 / Llama-3 tokenizers (tokenizer benchmark)
 set -euo pipefail
@@ -22,6 +23,10 @@ if [ -f "$cuda_home/include/cupti.h" ]; then
   [ -n "$cupti" ] && gcc -O2 -shared -fPIC -I"$cuda_home/include" tools/kernel_trace.c "$cupti" -Wl,-rpath,'$ORIGIN' \
     -o carry/bin/libkernel_trace.so && cp -L "$cupti" carry/bin/
 fi
+# the GEMM kernel probe (tools/gemm_probe.cu): cuBLAS's choice against cuBLASLt's candidates on 7B shapes
+nvcc=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
+"$nvcc" -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a tools/gemm_probe.cu -lcublasLt -lcublas \
+  -o carry/bin/gemm_probe
 shared=${SHARED_DIR:-../shared}
 for d in "$shared"/models/*/; do
   [ -f "$d/config.json" ] && cp "$d/config.json" "carry/models/$(basename "$d").json"

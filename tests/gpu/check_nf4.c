@@ -229,6 +229,9 @@ static double time_ms(cudaEvent_t a, cudaEvent_t b) {
     return ms;
 }
 
+/* stream_kernels.cu: read 4 bytes, write 16, a chunk (the bf16 dequantization's pattern without arithmetic) */
+void gpu_check_stream_1to4(void *out, const void *in, int64_t chunks);
+
 void check_nf4_bandwidth(void) {
     const int64_t shapes[][2] = {{3584, 18944}, {8192, 28672}};
     cudaEvent_t e0, e1;
@@ -258,6 +261,21 @@ void check_nf4_bandwidth(void) {
         CK(cudaEventSynchronize(e1));
         const double copy_gbs = (double)(dq_bytes / 2) * 2 * iters / (time_ms(e0, e1) * 1e-3) / 1e9;
         gpu_check_perf("nf4 D2D copy (r+w)", shape, copy_gbs, "GB/s");
+        /* what the bf16 dequantization's traffic pattern can move: n * 2 bytes written alone (memset), and
+         * read 1 : write 4 with no arithmetic (8 codes -> 8 values) */
+        CK(cudaEventRecord(e0, NULL));
+        for (int i = 0; i < iters; i++) CK(cudaMemsetAsync(out, 0, (size_t)n * 2, NULL));
+        CK(cudaEventRecord(e1, NULL));
+        CK(cudaEventSynchronize(e1));
+        gpu_check_perf("HBM write only (memset)", shape, (double)n * 2 * iters / (time_ms(e0, e1) * 1e-3) / 1e9, "GB/s");
+        gpu_check_stream_1to4(out, q.codes, n / 8);
+        CK(cudaEventRecord(e0, NULL));
+        for (int i = 0; i < iters; i++) gpu_check_stream_1to4(out, q.codes, n / 8);
+        CK(cudaEventRecord(e1, NULL));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaGetLastError());
+        const double stream_gbs = (double)n * 2.5 * iters / (time_ms(e0, e1) * 1e-3) / 1e9;
+        gpu_check_perf("HBM 1:4 read:write stream", shape, stream_gbs, "GB/s");
         const qlt_dtype outs[3] = {QLT_DTYPE_BF16, QLT_DTYPE_F16, QLT_DTYPE_F32};
         for (int k = 0; k < 3; k++) {
             size_t bytes = (size_t)n / 2 + (size_t)q.nblocks + (size_t)q.nested_nblocks * 4 +
@@ -275,6 +293,7 @@ void check_nf4_bandwidth(void) {
             snprintf(name, sizeof name, "nf4 dequant->%s %%copy", qlt_dtype_name(outs[k]));
             gpu_check_perf(name, shape, 100.0 * gbs / copy_gbs, "% of copy");
             if (outs[k] == QLT_DTYPE_BF16) {
+                gpu_check_perf("nf4 dequant->BF16 %1:4 stream", shape, 100.0 * gbs / stream_gbs, "% of stream");
                 snprintf(name, sizeof name, "nf4 dequant->BF16 copy/dq");
                 gpu_check_row(name, shape, copy_gbs / gbs, 1.0 / 0.85, "x (<=1/0.85)");
             }

@@ -1,0 +1,161 @@
+/* gemm_probe.cu: a measuring tool for the GPU machine (not part of qlora-train): for Qwen2.5-7B's GEMM shapes
+ * at M tokens, times cublasGemmEx's own kernel choice and every kernel cuBLASLt's heuristic offers (without and
+ * with a 64 MiB workspace), and says whether each one's output has the same values as cublasGemmEx's (max
+ * |difference| 0). Operands are deterministic pseudo-random bf16 in [-0.5, 0.5). Run it under scripts/trace-step.sh's tracer
+ * (LD_PRELOAD=libkernel_trace.so QLT_TRACE_OUT=...) to see the kernels' names.
+ *   gemm_probe [M=2048] [CANDIDATES=8]      (built by scripts/package-gpu.sh into carry/bin) */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CHECK(x)                                                                           \
+    do {                                                                                   \
+        int e_ = (int)(x);                                                                 \
+        if (e_ != 0) {                                                                     \
+            fprintf(stderr, "gemm_probe: %s failed (%d) at line %d\n", #x, e_, __LINE__); \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static __global__ void fill_kernel(__nv_bfloat16 *p, size_t n, unsigned seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed;
+        h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+        p[i] = __float2bfloat16((h & 0xffff) / 65536.0f - 0.5f);
+    }
+}
+
+/* *out = max |a - b| (as float bits: non-negative floats order like ints) */
+static __global__ void maxdiff_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *b, size_t n, float *out) {
+    float m = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        m = fmaxf(m, fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i])));
+    atomicMax((int *)out, __float_as_int(m));
+}
+
+/* row-major C [m, n] = op(A) op(B) + beta C, as src/cuda/linear.cu calls cuBLAS */
+struct shape {
+    const char *name;
+    int ta, tb;
+    long n, k, lda, ldb, ldc;
+    float beta;
+};
+
+int main(int argc, char **argv) {
+    const long M = argc > 1 ? atol(argv[1]) : 2048;
+    const int want = argc > 2 ? atoi(argv[2]) : 8;
+    const shape shapes[] = {
+        {"fwd q/o", 0, 1, 3584, 3584, 3584, 3584, 3584, 0},
+        {"fwd k/v", 0, 1, 512, 3584, 3584, 3584, 512, 0},
+        {"fwd gate/up (adapters folded)", 0, 1, 37888, 3632, 3632, 3632, 37888, 0},
+        {"fwd down", 0, 1, 3584, 18944, 18944, 18944, 3584, 0},
+        {"bwd q/o dX", 0, 0, 3584, 3584, 3584, 3584, 3584, 0},
+        {"bwd k/v dX +=", 0, 0, 3584, 512, 512, 3584, 3584, 1},
+        {"bwd gate/up dX", 0, 0, 3584, 37888, 37888, 3584, 3584, 0},
+        {"bwd down dX (adapter folded)", 0, 0, 18944, 3632, 3632, 18944, 18944, 0},
+    };
+    cublasHandle_t h;
+    cublasLtHandle_t lt;
+    CHECK(cublasCreate(&h));
+    CHECK(cublasLtCreate(&lt));
+    /* as the backend: split-K partials in fp32, no workspace */
+    CHECK(cublasSetMathMode(h, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    CHECK(cublasSetWorkspace(h, NULL, 0));
+    const size_t ws_bytes = 64 << 20;
+    void *ws;
+    CHECK(cudaMalloc(&ws, ws_bytes));
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    float *dmax;
+    CHECK(cudaMalloc(&dmax, 4));
+    for (const shape &s : shapes) {
+        const size_t na = (size_t)M * s.lda, nb = (size_t)(s.tb ? s.n : s.k) * s.ldb, nc = (size_t)M * s.ldc;
+        __nv_bfloat16 *A, *B, *C, *C0, *ref;
+        CHECK(cudaMalloc(&A, na * 2));
+        CHECK(cudaMalloc(&B, nb * 2));
+        CHECK(cudaMalloc(&C, nc * 2));
+        CHECK(cudaMalloc(&C0, nc * 2));
+        CHECK(cudaMalloc(&ref, nc * 2));
+        fill_kernel<<<1024, 256>>>(A, na, 1);
+        fill_kernel<<<1024, 256>>>(B, nb, 2);
+        fill_kernel<<<1024, 256>>>(C0, nc, 3);
+        const float one = 1, beta = s.beta;
+        const double flop = 2.0 * M * s.n * s.k;
+        /* median of 10 timed calls after 3 untimed ones; C restored first (beta != 0 reads it) */
+        auto median_ms = [&](auto call) {
+            std::vector<float> t;
+            CHECK(cudaMemcpy(C, C0, nc * 2, cudaMemcpyDeviceToDevice));
+            for (int i = 0; i < 3; i++) call();
+            for (int i = 0; i < 10; i++) {
+                float ms;
+                CHECK(cudaEventRecord(e0));
+                call();
+                CHECK(cudaEventRecord(e1));
+                CHECK(cudaEventSynchronize(e1));
+                CHECK(cudaEventElapsedTime(&ms, e0, e1));
+                t.push_back(ms);
+            }
+            std::sort(t.begin(), t.end());
+            return t[t.size() / 2];
+        };
+        auto ex = [&]() {
+            CHECK(cublasGemmEx(h, s.tb ? CUBLAS_OP_T : CUBLAS_OP_N, s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, s.n, M, s.k, &one, B,
+                               CUDA_R_16BF, s.ldb, A, CUDA_R_16BF, s.lda, &beta, C, CUDA_R_16BF, s.ldc, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+        };
+        const float t_ex = median_ms(ex);
+        CHECK(cudaMemcpy(C, C0, nc * 2, cudaMemcpyDeviceToDevice));
+        ex();
+        CHECK(cudaMemcpy(ref, C, nc * 2, cudaMemcpyDeviceToDevice));
+        printf("== %s  M%ld N%ld K%ld beta %g: cublasGemmEx %.1f us, %.0f TFLOP/s\n", s.name, M, s.n, s.k, s.beta,
+               t_ex * 1e3, flop / t_ex / 1e9);
+        /* column-major, operands swapped: C^T [n, M] = op(B^T) op(A^T) */
+        cublasLtMatmulDesc_t op;
+        CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        const cublasOperation_t o1 = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N, o2 = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+        CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &o1, sizeof o1));
+        CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &o2, sizeof o2));
+        cublasLtMatrixLayout_t la, lb, lc;
+        CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, o1 == CUBLAS_OP_N ? s.n : s.k, o1 == CUBLAS_OP_N ? s.k : s.n, s.ldb));
+        CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, o2 == CUBLAS_OP_N ? s.k : M, o2 == CUBLAS_OP_N ? M : s.k, s.lda));
+        CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, s.n, M, s.ldc));
+        for (int with_ws = 0; with_ws < 2; with_ws++) {
+            const size_t wsz = with_ws ? ws_bytes : 0;
+            cublasLtMatmulPreference_t pref;
+            CHECK(cublasLtMatmulPreferenceCreate(&pref));
+            CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsz, sizeof wsz));
+            std::vector<cublasLtMatmulHeuristicResult_t> res(want);
+            int found = 0;
+            CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, want, res.data(), &found));
+            for (int i = 0; i < found; i++) {
+                const cublasLtMatmulAlgo_t &al = res[i].algo;
+                int32_t tile = 0, split = 0;
+                size_t got;
+                cublasLtMatmulAlgoConfigGetAttribute(&al, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &got);
+                cublasLtMatmulAlgoConfigGetAttribute(&al, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof split, &got);
+                auto run = [&]() { CHECK(cublasLtMatmul(lt, op, &one, B, la, A, lb, &beta, C, lc, C, lc, &al, ws, wsz, 0)); };
+                const float t = median_ms(run);
+                CHECK(cudaMemcpy(C, C0, nc * 2, cudaMemcpyDeviceToDevice));
+                run();
+                float md;
+                CHECK(cudaMemset(dmax, 0, 4));
+                maxdiff_kernel<<<1024, 256>>>(C, ref, nc, dmax);
+                CHECK(cudaMemcpy(&md, dmax, 4, cudaMemcpyDeviceToHost));
+                printf("  workspace %d candidate %d: %7.1f us %4.0f TFLOP/s  tile id %d split-K %d  %s\n", with_ws, i,
+                       t * 1e3, flop / t / 1e9, tile, split, md == 0 ? "same values" : "other values");
+            }
+            cublasLtMatmulPreferenceDestroy(pref);
+        }
+        cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
+        cublasLtMatmulDescDestroy(op);
+        cudaFree(A), cudaFree(B), cudaFree(C), cudaFree(C0), cudaFree(ref);
+    }
+    return 0;
+}
