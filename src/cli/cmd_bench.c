@@ -146,9 +146,11 @@ static int run_bench(const bench_opts *o, const char *tmp) {
     double phase_ms[QLT_PHASE_COUNT] = {0}, first_step_s = 0, last_loss = 0;
     /* graph mode reports each step one call later: record metrics by the step they belong to */
     int profile = be->profile_on && !t.graph_mode;
+    qlt_clock_report clocks = {0};
     for (int s = 0; s <= o->warmup + o->steps && rc == 0; s++) {
         qlt_step_metrics m;
         if (s == o->warmup && profile) be->profile_on(be, 1);
+        if (s == o->warmup && be->clock_monitor) be->clock_monitor(be, 1, NULL);
         rc = s < o->warmup + o->steps ? qlt_trainer_step(&t, &m) : qlt_trainer_flush(&t, &m);
         if (rc != 0 || !m.valid) continue;
         int k = (int)m.step - 1;
@@ -156,6 +158,7 @@ static int run_bench(const bench_opts *o, const char *tmp) {
         if (k >= o->warmup) step_s[k - o->warmup] = m.seconds;
         last_loss = m.loss;
     }
+    if (be->clock_monitor) be->clock_monitor(be, 0, &clocks); /* before the GEMM-peak measurement below */
     if (rc == 0 && profile) {
         be->profile_read(be, phase_ms);
         be->profile_on(be, 0);
@@ -176,6 +179,11 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                    "\"gemm_peak_tflops\": %.1f, \"load_s\": %.3f, \"first_step_s\": %.3f, \"loss\": %.5f",
                    o->model, be->name, o->quant, o->micro_batch, o->seq, o->r, tokens_per_s, median, peak_gib, mfu,
                    peak_tflops, load_s, first_step_s, last_loss);
+            if (clocks.samples)
+                printf(", \"sm_mhz_median\": %.0f, \"sm_mhz_min\": %.0f, \"sm_mhz_max\": %.0f, \"power_w\": %.1f, "
+                       "\"power_limit_w\": %.1f, \"power_capped_share\": %.3f",
+                       clocks.sm_mhz_median, clocks.sm_mhz_min, clocks.sm_mhz_max, clocks.power_w_mean,
+                       clocks.power_limit_w, clocks.capped_share);
             if (profile) /* graph mode is not profiled: its steps are single launches */
                 for (int p = 0; p < QLT_PHASE_COUNT; p++)
                     printf(", \"ms_%s\": %.3f", qlt_phase_name(p), phase_ms[p] / o->steps);
@@ -189,6 +197,11 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                    o->steps, peak_gib);
             if (peak_tflops > 0) printf("   MFU %.1f%% of %.0f TFLOP/s", 100 * mfu, peak_tflops);
             printf("\n");
+            if (clocks.samples)
+                printf("GPU during the measured steps: SM clock median %.0f MHz (lowest %.0f, maximum %.0f), power %.0f W "
+                       "of %.0f W, power-capped in %.0f%% of %d samples\n",
+                       clocks.sm_mhz_median, clocks.sm_mhz_min, clocks.sm_mhz_max, clocks.power_w_mean,
+                       clocks.power_limit_w, 100 * clocks.capped_share, clocks.samples);
             if (profile) printf("\n| phase | ms / step | share |\n|---|---|---|\n");
             else printf("(CUDA graph mode: no per-phase breakdown; run without --cuda-graph for it)\n");
             for (int p = 0; p < QLT_PHASE_COUNT; p++)

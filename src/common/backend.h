@@ -75,6 +75,14 @@ typedef struct qlt_lora_site {
 #define QLT_BACKEND_EVENTS 4
 
 typedef struct qlt_backend qlt_backend;
+
+/* What the device's clock and power did while monitored (backend clock_monitor). */
+typedef struct qlt_clock_report {
+    int samples;                              /* 0: nothing known */
+    double sm_mhz_median, sm_mhz_min, sm_mhz_max; /* max: the device's maximum SM clock */
+    double power_w_mean, power_limit_w;
+    double capped_share;                      /* share of samples throttled by the power cap */
+} qlt_clock_report;
 struct qlt_backend {
     const char *name;     /* "cpu" or "cuda" */
     qlt_dtype act_dtype;  /* element type of activations */
@@ -101,6 +109,9 @@ struct qlt_backend {
     size_t (*peak_bytes)(qlt_backend *be);
     /* Measured dense bf16 GEMM rate in TFLOP/s (the MFU denominator), or NULL when not applicable. */
     double (*gemm_peak_tflops)(qlt_backend *be);
+    /* Sampling of the device's SM clock, power draw and power-cap throttling (for `bench`): on = 1 starts,
+     * on = 0 stops and fills *out (samples 0 when the device could not tell). NULL when not applicable. */
+    void (*clock_monitor)(qlt_backend *be, int on, qlt_clock_report *out);
 
     /* ---- asynchronous transfers and graphs (NULL on backends without them, e.g. the CPU) ----
      * A captured graph replays every op issued between capture_begin and capture_end; what changes from

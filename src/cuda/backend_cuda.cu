@@ -174,6 +174,7 @@ static void cuda_destroy(qlt_backend *be) {
     cudaFree(impl->amax);
     cudaFree(impl->dequant);
     qlt_cuda_linear_release(be);
+    qlt_cuda_clock_monitor_stop(impl->monitor, NULL);
     for (int i = 0; i < QLT_BACKEND_EVENTS; i++)
         if (impl->marks[i]) cudaEventDestroy(impl->marks[i]);
     if (impl->events) {
@@ -313,6 +314,16 @@ static double cuda_gemm_peak_tflops(qlt_backend *be) {
     return 2.0 * (double)n * n * n / (ms * 1e-3) / 1e12;
 }
 
+static void cuda_clock_monitor(qlt_backend *be, int on, qlt_clock_report *out) {
+    cuda_impl *impl = cuda_impl_of(be);
+    if (on) {
+        if (!impl->monitor) impl->monitor = qlt_cuda_clock_monitor_start(impl->device);
+        return;
+    }
+    qlt_cuda_clock_monitor_stop(impl->monitor, out);
+    impl->monitor = NULL;
+}
+
 static void cuda_weight_free(qlt_backend *be, qlt_weight *w) { qlt_cuda_weight_free(be, w); }
 
 extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
@@ -394,6 +405,7 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->peak_bytes = cuda_peak_bytes;
     be->available_bytes = cuda_available_bytes;
     be->gemm_peak_tflops = cuda_gemm_peak_tflops;
+    be->clock_monitor = cuda_clock_monitor;
     be->host_alloc = cuda_host_alloc;
     be->host_free = cuda_host_free;
     be->upload_async = cuda_upload_async;

@@ -90,6 +90,7 @@ typedef struct cuda_impl {
     int n_bias_plans;
     cuda_bias_copy *bias_copies;          /* linear.cu: bf16 copies of the biases (bias_prepare) */
     int n_bias_copies, cap_bias_copies;
+    struct qlt_clock_monitor *monitor;    /* clock_monitor.cu: sampling between clock_monitor on / off */
 } cuda_impl;
 
 #define QLT_CUDA_PROFILE_EVENTS 8192
@@ -192,6 +193,11 @@ int qlt_cuda_reserve_dequant(qlt_backend *be, int64_t numel);
 void qlt_cuda_gemm(qlt_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const void *a, cudaDataType_t ta, int64_t lda, const void *b, cudaDataType_t tb, int64_t ldb,
                    float beta, void *c, cudaDataType_t tc, int64_t ldc);
+/* clock_monitor.cu: samples device's SM clock, power and power-cap throttling on a thread until stop (NULL
+ * when NVML is not there); stop fills *out (may be NULL) and frees the monitor */
+typedef struct qlt_clock_monitor qlt_clock_monitor;
+qlt_clock_monitor *qlt_cuda_clock_monitor_start(int device);
+void qlt_cuda_clock_monitor_stop(qlt_clock_monitor *m, qlt_clock_report *out);
 int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols);
 /* The stack as one bf16 [*rows, cols] matrix with row stride ld >= cols: a single bf16 weight as it is
  * (ld == cols), otherwise the weights dequantized (NF4) or copied (bf16) side by side into impl->dequant,
