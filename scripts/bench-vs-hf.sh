@@ -4,7 +4,8 @@
 #   scripts/bench-vs-hf.sh [BIN_DIR=carry/bin] [MODELS_DIR=carry/models]
 # qlora-train: NF4 base (double quant), LoRA r 16 on all seven projections, random weights and tokens,
 # the step captured as a CUDA graph.
-# HF + PEFT: bf16 base (no quantization), SDPA, the same LoRA, torch AdamW.
+# HF + PEFT: bf16 base (no quantization), SDPA, the same LoRA, torch AdamW. HF_QUANT=nf4: HF's QLoRA instead
+# (the projections as bitsandbytes NF4 Linear4bit; needs the wheel `scripts/package-gpu.sh --bnb` puts in .whl/).
 # Each run's SM clock and power are sampled every 100 ms (nvidia-smi): the table gives the median SM clock of
 # its busy samples (power > 300 W) and the share of them throttled by the power cap (reason 0x4).
 set -uo pipefail
@@ -15,6 +16,13 @@ export LD_LIBRARY_PATH=$bin:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 out=${OUT:-/tmp}/bench
 mkdir -p "$out"
 steps=${BENCH_STEPS:-8}
+hf_quant=${HF_QUANT:-bf16}
+if [ "$hf_quant" = nf4 ]; then
+  # unpacked directly: the slimmed wheel's RECORD no longer lists every file, which pip refuses
+  python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/tmp/site') for w in glob.glob('.whl/bitsandbytes-*.whl')]" \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  python3 -c "import bitsandbytes" 2>/dev/null || { echo "bench-vs-hf: HF_QUANT=nf4 needs bitsandbytes (.whl/: scripts/package-gpu.sh --bnb)" >&2; exit 2; }
+fi
 # name | config | micro_batch | seq | qlora-train extra flags | HF extra flags
 cases=(
   "qwen2.5-1.5b mb4|qwen2.5-1.5b|4|2048|--cuda-graph|"
@@ -50,7 +58,7 @@ else:
     print("-")
 PY
 }
-printf "| shape | qlora-train tokens/s | peak GiB | SM MHz (power-capped) | HF+PEFT tokens/s | peak GiB | SM MHz (power-capped) | speed-up |\n|---|---|---|---|---|---|---|---|\n" > "$out/table.md"
+printf "| shape | qlora-train tokens/s | peak GiB | SM MHz (power-capped) | HF+PEFT ($hf_quant base) tokens/s | peak GiB | SM MHz (power-capped) | speed-up |\n|---|---|---|---|---|---|---|---|\n" > "$out/table.md"
 for c in "${cases[@]}"; do
   IFS='|' read -r name cfg mb seq qflags hflags <<< "$c"
   sample "$out/$cfg-$mb-qlt.smi"
@@ -61,7 +69,7 @@ for c in "${cases[@]}"; do
   mkdir -p "$out/hf-$cfg" && cp "$models/$cfg.json" "$out/hf-$cfg/config.json"
   sample "$out/$cfg-$mb-hf.smi"
   h=$(python3 scripts/hf_reference.py --config "$out/hf-$cfg/config.json" --out "$out/hf-$cfg" --steps $((steps + 3)) \
-       --warmup 3 --batch "$mb" --seq "$seq" --time-only $hflags 2>"$out/$cfg-$mb-hf.err" | tail -1)
+       --warmup 3 --batch "$mb" --seq "$seq" --time-only --quant "$hf_quant" $hflags 2>"$out/$cfg-$mb-hf.err" | tail -1)
   stop_sample
   echo "HF+PEFT $name: $h"
   python3 - "$name" "$q" "$h" "$(clock "$out/$cfg-$mb-qlt.smi")" "$(clock "$out/$cfg-$mb-hf.smi")" >> "$out/table.md" <<'PY'

@@ -7,7 +7,10 @@ depends on both), saves it as a PEFT adapter, writes the batches as a qlora-trai
 trains with torch AdamW (constant lr, clip 1.0) for N steps and writes the losses and the timing.
 
     python3 scripts/hf_reference.py --config models/qwen2.5-0.5b/config.json --out /tmp/cmp \
-        --steps 20 --batch 4 --seq 512 [--time-only] [--grad-checkpoint]
+        --steps 20 --batch 4 --seq 512 [--time-only] [--grad-checkpoint] [--quant nf4]
+
+--quant nf4 trains HF's QLoRA instead: the seven projections quantized by bitsandbytes (NF4, double quant,
+bf16 compute) before the adapters are added.
 
 Outputs in --out: model/ (config.json + model.safetensors), adapter-init/, data.jsonl,
 hf_losses.json {"losses": [...], "tokens_per_s": ..., "peak_gib": ...}.
@@ -18,6 +21,30 @@ import os
 import time
 
 import torch
+
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def quantize_projections(model):
+    """Each projection's bf16 weight quantized by bitsandbytes into a Linear4bit (NF4 with double quant, bf16
+    compute): what loading with BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+    bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16) gives, without a checkpoint."""
+    import bitsandbytes as bnb
+
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if name not in PROJECTIONS or not isinstance(child, torch.nn.Linear):
+                continue
+            q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                                  compute_dtype=torch.bfloat16, compress_statistics=True, quant_type="nf4",
+                                  device="meta")
+            q.weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, compress_statistics=True,
+                                         quant_type="nf4").to("cuda")
+            if child.bias is not None:
+                q.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
+            setattr(module, name, q)
+    torch.cuda.empty_cache()
 
 
 def main():
@@ -34,6 +61,8 @@ def main():
     ap.add_argument("--time-only", action="store_true", help="skip saving weights/data (benchmark)")
     ap.add_argument("--grad-checkpoint", action="store_true")
     ap.add_argument("--warmup", type=int, default=2, help="steps excluded from the timing")
+    ap.add_argument("--quant", choices=["bf16", "nf4"], default="bf16",
+                    help="nf4: the seven projections as bitsandbytes Linear4bit (NF4, double quant, bf16 compute): HF QLoRA")
     args = ap.parse_args()
 
     from peft import LoraConfig, get_peft_model
@@ -48,8 +77,10 @@ def main():
     model.config.use_cache = False
     if not args.time_only:
         model.save_pretrained(os.path.join(args.out, "model"), safe_serialization=True)
+    if args.quant == "nf4":
+        quantize_projections(model)
     lcfg = LoraConfig(r=args.r, lora_alpha=args.alpha, lora_dropout=0.0,
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                      target_modules=list(PROJECTIONS),
                       task_type="CAUSAL_LM")
     model = get_peft_model(model, lcfg)
     with torch.no_grad():
@@ -89,7 +120,7 @@ def main():
     median = timed[len(timed) // 2]
     res = {"losses": losses, "step_s_median": median, "tokens_per_s": args.batch * args.seq / median,
            "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "config": args.config, "batch": args.batch,
-           "seq": args.seq, "r": args.r, "grad_checkpoint": args.grad_checkpoint}
+           "seq": args.seq, "r": args.r, "grad_checkpoint": args.grad_checkpoint, "quant": args.quant}
     with open(os.path.join(args.out, "hf_losses.json"), "w") as f:
         json.dump(res, f)
     print(json.dumps({k: v for k, v in res.items() if k != "losses"}))

@@ -6,6 +6,8 @@
 #                  gemm_probe (tools/gemm_probe.cu)
 #   carry/models/  config.json of the real models of ../shared/models (random-weight benchmarks)
 #   carry/assets/  with --assets: sotu.jsonl and the real Qwen3 / Llama-3 tokenizers (tokenizer benchmark)
+#   .whl/          with --bnb: the bitsandbytes 0.49.2 wheel from PyPI, slimmed to its CUDA 13.0 library (the GPU
+#                  machine has no bitsandbytes; scripts/gpu-check-nf4.sh and HF_QUANT=nf4 bench-vs-hf.sh use it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=build scripts/setup.sh >/dev/null
@@ -31,6 +33,24 @@ shared=${SHARED_DIR:-../shared}
 for d in "$shared"/models/*/; do
   [ -f "$d/config.json" ] && cp "$d/config.json" "carry/models/$(basename "$d").json"
 done
+for arg in "$@"; do [ "$arg" = "--bnb" ] && bnb=1; done
+if [ -n "${bnb:-}" ] && ! ls .whl/bitsandbytes-0.49.2-*.whl >/dev/null 2>&1; then
+  tmp=$(mktemp -d)
+  pip download bitsandbytes==0.49.2 --no-deps --only-binary=:all: --platform manylinux_2_24_x86_64 \
+    --python-version 3.12 -d "$tmp" >/dev/null
+  mkdir -p .whl
+  python3 - "$tmp"/bitsandbytes-0.49.2-*.whl .whl <<'PY'
+import os, sys, zipfile
+src, dst = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(src) as zin, zipfile.ZipFile(os.path.join(dst, os.path.basename(src)), "w", zipfile.ZIP_DEFLATED) as zout:
+    for item in zin.infolist():
+        name = item.filename
+        if name.endswith(".so") and not name.endswith(("_cuda130.so", "_cpu.so")):
+            continue  # the other CUDA / ROCm builds (the GPU machine has CUDA 13.0)
+        zout.writestr(item, zin.read(name))
+PY
+  rm -rf "$tmp"
+fi
 if [ "${1:-}" = "--assets" ]; then
   mkdir -p carry/assets
   cp "$shared/assets/text/sotu.jsonl" carry/assets/
