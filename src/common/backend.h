@@ -83,6 +83,7 @@ typedef struct qlt_clock_report {
     double power_w_mean, power_limit_w;
     double capped_share;                      /* share of samples throttled by the power cap */
 } qlt_clock_report;
+
 struct qlt_backend {
     const char *name;     /* "cpu" or "cuda" */
     qlt_dtype act_dtype;  /* element type of activations */
