@@ -91,21 +91,8 @@ static __global__ void __launch_bounds__(WGB_THREADS, 1)
         const uint32_t q_s = q_s0 + cur * WGB_Q_BYTES, do_s = do_s0 + cur * WGB_Q_BYTES;
 
         /* 1. S^T and dP^T */
-        float st[32], dpt[32];
-#pragma unroll
-        for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.0f;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            const uint32_t ka = (kk >> 2) * (BN * 128) + wg * 64 * 128 + (kk & 3) * 32;
-            const uint32_t qb = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
-            wgmma_ss_n64<0, 0>(st, wgmma_desc(k_s + ka, 16, 1024), wgmma_desc(q_s + qb, 16, 1024));
-            wgmma_ss_n64<0, 0>(dpt, wgmma_desc(v_s + ka, 16, 1024), wgmma_desc(do_s + qb, 16, 1024));
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(st, 32);
-        reg_fence(dpt, 32);
+        float st[32], dpt[32]; /* this warpgroup's 64 keys of K and V as the A operands */
+        wgmma_pair_ss_n64<HD / 16>(st, dpt, k_s + wg * 64 * 128, v_s + wg * 64 * 128, BN * 128, q_s, do_s, BM * 128);
 
         /* 2. P^T, dS^T; no mask tests when every query of the tile sees every key of the CTA */
         const bool full = n0 + BN - 1 <= m0 && m0 + BM <= seq && warp_max_seg(tseg, BM) <= n0;
@@ -288,20 +275,8 @@ static __global__ void __launch_bounds__(WGB_THREADS, 1)
         fence_proxy_async();
         __syncthreads();
         if (n0 <= wg_last) { /* else every key of the tile is after this warpgroup's rows */
-            float sv[32], dp[32];
-#pragma unroll
-            for (int i = 0; i < 32; i++) sv[i] = dp[i] = 0.0f;
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                const uint32_t qo = (kk >> 2) * (BM * 128) + (kk & 3) * 32, ko = (kk >> 2) * (BN * 128) + (kk & 3) * 32;
-                wgmma_ss_n64<0, 0>(sv, wgmma_desc(q_wg + qo, 16, 1024), wgmma_desc(k_s + ko, 16, 1024));
-                wgmma_ss_n64<0, 0>(dp, wgmma_desc(do_wg + qo, 16, 1024), wgmma_desc(v_s + ko, 16, 1024));
-            }
-            wgmma_commit();
-            wgmma_wait<0>();
-            reg_fence(sv, 32);
-            reg_fence(dp, 32);
+            float sv[32], dp[32]; /* S = Q K^T, dP = dO V^T */
+            wgmma_pair_ss_n64<HD / 16>(sv, dp, q_wg, do_wg, BM * 128, k_s, v_s, BN * 128);
             const bool full = n0 + BN - 1 <= row[0] && n0 >= seg[0] && n0 >= seg[1] && row[1] < seq;
 #pragma unroll
             for (int nt = 0; nt < BN / 8; nt++)
@@ -312,16 +287,7 @@ static __global__ void __launch_bounds__(WGB_THREADS, 1)
                     const float pv = ok ? fast_exp2(sv[nt * 4 + e] * sl2 - lse2[hf]) : 0.0f;
                     sv[nt * 4 + e] = pv * (dp[nt * 4 + e] - dd[hf]); /* dS */
                 }
-            uint32_t da[BN / 16][4];
-            acc_to_a_frags<BN / 16>(da, sv);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)
-                wgmma_rs_n128_tb(dqa, da[kk], wgmma_desc(k_s + kk * 2048, BN * 128, 1024));
-            wgmma_commit();
-            wgmma_wait<0>();
-            reg_fence(dqa, 64);
-            reg_fence_u(&da[0][0], 4 * (BN / 16));
+            wgmma_acc_rs_n128<BN / 16>(dqa, sv, k_s); /* dQ += dS K */
         }
         __syncthreads(); /* this stage is refilled by the next iteration's prefetch */
     }

@@ -133,17 +133,8 @@ static __global__ void __launch_bounds__(WGA_THREADS, 1)
                     o[dt * 4 + 2 * hf + 1] *= alpha;
                 }
             }
-            /* P as the A fragments: k16 step kk covers the n8 tiles 2kk, 2kk + 1 */
-            uint32_t pa[WGA_BN / 16][4];
-            acc_to_a_frags<WGA_BN / 16>(pa, s);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < WGA_BN / 16; kk++)
-                wgmma_rs_n128_tb(o, pa[kk], wgmma_desc(v_s + kk * 2048, WGA_BN * 128, 1024));
-            wgmma_commit();
-            wgmma_wait<0>();
-            reg_fence(o, 64);
-            reg_fence_u(&pa[0][0], 4 * (WGA_BN / 16));
+            /* O += P V, P as the A fragments (k16 step kk covers the n8 tiles 2kk, 2kk + 1) */
+            wgmma_acc_rs_n128<WGA_BN / 16>(o, s, v_s);
         }
     }
     cp_async_wait<0>();

@@ -101,6 +101,44 @@ static __device__ __forceinline__ void sw128_load_tile(uint32_t dst, const bf16 
                      "r"(ok ? 16 : 0));
     }
 }
+
+/* acc0 = A0 . B0^T and acc1 = A1 . B1^T (m64n64 each, over 16 KSTEPS = head_dim; overwritten, complete on
+ * return): two products that share their operands' layout, as the backward's S / dP pairs. A0 / A1 are 64
+ * rows and B0 / B1 64 rows of K-major 128-byte-swizzled tiles whose 64-column blocks lie a_block / b_block
+ * bytes apart (the A tiles may start inside their tile, e.g. at one warpgroup's rows). */
+template <int KSTEPS>
+static __device__ __forceinline__ void wgmma_pair_ss_n64(float acc0[32], float acc1[32], uint32_t a0, uint32_t a1,
+                                                         uint32_t a_block, uint32_t b0, uint32_t b1, uint32_t b_block) {
+#pragma unroll
+    for (int i = 0; i < 32; i++) acc0[i] = acc1[i] = 0.0f;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+        const uint32_t ao = (kk >> 2) * a_block + (kk & 3) * 32, bo = (kk >> 2) * b_block + (kk & 3) * 32;
+        wgmma_ss_n64<0, 0>(acc0, wgmma_desc(a0 + ao, 16, 1024), wgmma_desc(b0 + bo, 16, 1024));
+        wgmma_ss_n64<0, 0>(acc1, wgmma_desc(a1 + ao, 16, 1024), wgmma_desc(b1 + bo, 16, 1024));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(acc0, 32);
+    reg_fence(acc1, 32);
+}
+
+/* acc [64 x 128] += A . B (complete on return), A = the 64 x 16 KSTEPS tile held in the accumulators `a`
+ * (rounded pairwise to bf16 A fragments), B = 16 KSTEPS rows of an N-major 128-byte-swizzled [16 KSTEPS x
+ * 128] tile at shared address b: the forward's O += P V and the dQ kernel's dQ += dS K. */
+template <int KSTEPS>
+static __device__ __forceinline__ void wgmma_acc_rs_n128(float acc[64], const float *a, uint32_t b) {
+    uint32_t af[KSTEPS][4];
+    acc_to_a_frags<KSTEPS>(af, a);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) wgmma_rs_n128_tb(acc, af[kk], wgmma_desc(b + kk * 2048, KSTEPS * 16 * 128, 1024));
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(acc, 64);
+    reg_fence_u(&af[0][0], 4 * KSTEPS);
+}
 #endif
 
 /* true on a compute capability 9.0 device (sm_90a code runs there only) unless QLT_ATTN_WGMMA=0 */
