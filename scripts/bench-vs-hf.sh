@@ -18,10 +18,8 @@ mkdir -p "$out"
 steps=${BENCH_STEPS:-8}
 hf_quant=${HF_QUANT:-bf16}
 if [ "$hf_quant" = nf4 ]; then
-  # unpacked directly: the slimmed wheel's RECORD no longer lists every file, which pip refuses
-  python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/tmp/site') for w in glob.glob('.whl/bitsandbytes-*.whl')]" \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-  python3 -c "import bitsandbytes" 2>/dev/null || { echo "bench-vs-hf: HF_QUANT=nf4 needs bitsandbytes (.whl/: scripts/package-gpu.sh --bnb)" >&2; exit 2; }
+  . scripts/bnb-wheel.sh
+  use_bnb_wheel || { echo "bench-vs-hf: HF_QUANT=nf4 needs bitsandbytes (.whl/: scripts/package-gpu.sh --bnb)" >&2; exit 2; }
 fi
 # name | config | micro_batch | seq | qlora-train extra flags | HF extra flags
 cases=(

@@ -12,11 +12,8 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv,noheader || true
 
 bnb_ok=0
-if ls .whl/bitsandbytes-*.whl >/dev/null 2>&1; then
-  # unpacked directly: the slimmed wheel's RECORD no longer lists every file, which pip refuses
-  python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/tmp/site') for w in glob.glob('.whl/*.whl')]" \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} && bnb_ok=1
-fi
+. scripts/bnb-wheel.sh
+use_bnb_wheel && bnb_ok=1
 if [ "$bnb_ok" = 1 ] && python3 scripts/nf4_check_bnb.py "$out/bnb" 2>&1 | tail -20; then
   if [ -f "$out/bnb/bnb_cases.safetensors" ]; then export QLT_NF4_BNB_FILE="$out/bnb/bnb_cases.safetensors"; fi
   if [ -f "$out/bnb/ckpt/reference.safetensors" ]; then export QLT_NF4_BNB_CKPT="$out/bnb/ckpt"; fi
