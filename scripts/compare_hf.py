@@ -54,7 +54,7 @@ def main():
                     f"shuffle: false, cache: false}}\n"
                     f"train: {{device: cuda, lr: {args.lr}, weight_decay: 0.0, max_grad_norm: 1.0, "
                     f"max_steps: {args.steps}, micro_batch: {args.batch}, log_every: 5}}\n"
-                    f"output: {{dir: {work}/qlt}}\n")
+                    f"output: {{dir: {work}/qlt, overwrite: true}}\n")
         q = subprocess.run([args.binary, "train", "--config", yaml], capture_output=True, text=True)
         if q.returncode != 0:
             print(q.stderr[-3000:])

@@ -21,14 +21,14 @@ else
   echo "gpu-check-nf4: bitsandbytes not available: the bnb rows are skipped (checked against the codebook and tree only)"
 fi
 
-QLT_NF4_RCP_OUT="$out" "./$build/qlt_gpu_check" nf4 | tee "$out/nf4_check.txt"
+QLT_NF4_RCP_OUT="$out" "$build/qlt_gpu_check" nf4 | tee "$out/nf4_check.txt"
 status=${PIPESTATUS[0]}
 
 # Round trip of `qlora-train quantize` on the GPU machine too, when a fixture is present.
 if [ -d tests/data/fixtures/tiny-llama ]; then
   rm -rf "$out/q-in" "$out/q-out" && mkdir -p "$out/q-in"
   cp tests/data/fixtures/tiny-llama/config.json "$out/q-in/" && cp tests/data/fixtures/tiny-llama/model.bf16.safetensors "$out/q-in/model.safetensors"
-  "./$build/qlora-train" quantize "$out/q-in" "$out/q-out" && echo "quantize: wrote $out/q-out"
+  "$build/qlora-train" quantize "$out/q-in" "$out/q-out" && echo "quantize: wrote $out/q-out"
 fi
 
 echo

@@ -28,7 +28,7 @@ lora: {r: 16, alpha: 32, dropout: 0.1}
 data: {train: [$work/data.jsonl], format: tokens, seq_len: 256, cache: false}
 train: {device: cuda, micro_batch: 2, grad_accum: 2, max_steps: 50, lr: 1.0e-3, schedule: cosine, warmup_steps: 5,
         cuda_graph: $mode, log_every: 10}
-output: {dir: $work/run-$mode, save_every: 25}
+output: {dir: $work/run-$mode, save_every: 25, overwrite: true}
 YAML
   "$bin/qlora-train" train --config "$work/run-$mode.yaml" > "$work/run-$mode.log" 2>&1 || { status=1; tail -5 "$work/run-$mode.log"; }
 done

@@ -3,6 +3,8 @@
 
 For each tiny fixture (tests/data/fixtures) and each base format (model.quant none: bf16 weights; nf4):
   - eval with the initial adapter: loss vs golden losses[0] (none) or vs the CPU reference's NF4 loss (nf4)
+  - (nf4) the checkpoint `qlora-train quantize` writes of the fixture: its eval loss must equal the
+    quantize-on-load one exactly
   - train 3 steps exactly as the golden run (lr 1e-2, AdamW, clip 1.0): losses and pre-clip grad norms
     vs golden, and the final adapter vs golden step3.*.
 Tolerances are those of bf16 activations (8 mantissa bits): losses 1e-2 relative; the step-1 gradient
@@ -54,7 +56,7 @@ def write_config(path, fixture, tokens, seq, out, quant, device, steps, init):
                 f"shuffle: false, cache: false}}\n"
                 f"train: {{device: {device}, lr: 1.0e-2, weight_decay: 0.01, max_grad_norm: 1.0, "
                 f"max_steps: {steps}, micro_batch: 2, log_every: 100}}\n"
-                f"output: {{dir: {out}}}\n")
+                f"output: {{dir: {out}, overwrite: true}}\n")
 
 
 def main():

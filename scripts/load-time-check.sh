@@ -34,7 +34,7 @@ cat > "$work/run.yaml" <<YAML
 model: {path: $work/model, quant: nf4}
 data: {train: [$work/data.jsonl], format: tokens, seq_len: 2048, cache: false}
 train: {device: cuda, micro_batch: 1, max_steps: 1}
-output: {dir: $work/out}
+output: {dir: $work/out, overwrite: true}
 YAML
 start=$(date +%s.%N)
 "$bin/qlora-train" train --config "$work/run.yaml" 2>&1 | grep -E "loaded|step 1/|error"

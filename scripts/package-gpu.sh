@@ -8,6 +8,7 @@
 #   carry/assets/  with --assets: sotu.jsonl and the real Qwen3 / Llama-3 tokenizers (tokenizer benchmark)
 #   .whl/          with --bnb: the bitsandbytes 0.49.2 wheel from PyPI, slimmed to its CUDA 13.0 library (the GPU
 #                  machine has no bitsandbytes; scripts/gpu-check-nf4.sh and HF_QUANT=nf4 bench-vs-hf.sh use it)
+#   scripts/package-gpu.sh [--assets] [--bnb]   (--assets only as the first argument; SHARED_DIR=../shared)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=build scripts/setup.sh >/dev/null

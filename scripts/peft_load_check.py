@@ -38,7 +38,7 @@ def main():
                     f"data: {{train: [{tokens}], format: tokens, seq_len: {ids.shape[1]}, packing: false, "
                     f"shuffle: false, cache: false}}\n"
                     f"train: {{device: cpu, lr: 1.0e-2, weight_decay: 0.01, max_grad_norm: 1.0, max_steps: 3, "
-                    f"micro_batch: {ids.shape[0]}}}\noutput: {{dir: {out}/run}}\n")
+                    f"micro_batch: {ids.shape[0]}}}\noutput: {{dir: {out}/run, overwrite: true}}\n")
         subprocess.run([binary, "train", "--config", cfg], check=True, capture_output=True)
         base = AutoModelForCausalLM.from_pretrained(fx, torch_dtype=torch.float32, attn_implementation="eager")
         peft_model = PeftModel.from_pretrained(base, os.path.join(out, "run", "final"))

@@ -2,7 +2,7 @@
 # profile-kernels.sh: on the GPU machine, the device time of every kernel of one eager training step,
 # summed by kernel name (ncu, clocks left alone), largest first. Where the per-phase breakdown of
 # `qlora-train bench` says which phase is slow, this says which kernel.
-#   scripts/profile-kernels.sh [BIN_DIR=carry/bin] MODEL_JSON MICRO_BATCH [TOP=40]
+#   scripts/profile-kernels.sh BIN_DIR MODEL_JSON MICRO_BATCH [TOP=40]   (BIN_DIR: carry/bin on that machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-carry/bin}

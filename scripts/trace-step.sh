@@ -3,7 +3,8 @@
 # by kernel, as the GPU ran it: clocks and caches as in a real run (ncu serializes kernels and flushes
 # caches; Nsight Systems is not installed there). Prints the step's span, the kernels' busy time, the gaps
 # between them by neighbouring pair, and the time per kernel name; the raw TSV stays in $OUT (or /tmp).
-#   scripts/trace-step.sh [BIN_DIR=carry/bin] MODEL_JSON MICRO_BATCH [eager] [TOP=30]
+#   scripts/trace-step.sh BIN_DIR MODEL_JSON MICRO_BATCH [graph|eager (default graph)] [TOP=30]
+#   (BIN_DIR: carry/bin on that machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-carry/bin}

@@ -17,8 +17,9 @@ int qlt_cmd_eval(int argc, char **argv) {
     }
     if (args.help) {
         printf("usage: qlora-train eval --config FILE [--set section.key=value ...]\n\n"
-               "Prints {\"loss\", \"perplexity\", \"tokens\", \"rows\"} of the model (+ lora.init_from adapter)\n"
-               "over data.eval, or data.train when data.eval is empty.\n");
+               "Prints {\"loss\", \"perplexity\", \"tokens\", \"rows\", \"adapter\"} of the model (+ lora.init_from\n"
+               "adapter; \"adapter\" says whether one was loaded) over data.eval, or all of data.train when\n"
+               "data.eval is empty (data.eval_split does not apply here).\n");
         qlt_config_free(&cfg);
         return 0;
     }

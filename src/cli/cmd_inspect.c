@@ -10,14 +10,18 @@
 #include "io/safetensors.h"
 #include "model/model_config.h"
 
-/* A projection weight that NF4 quantizes (embeddings, norms, lm_head stay as stored). */
-static int is_linear_weight(const qlt_st_tensor *t) {
+/* Where a tensor's name puts it: 0 = not part of a projection weight; 1 = a projection weight
+ * (`...q_proj.weight`, what NF4 quantizes; embeddings, norms and lm_head stay as stored); 2 = a part of
+ * one in a bitsandbytes 4-bit checkpoint (`...q_proj.weight.absmax`, `.quant_map`, `.quant_state...`). */
+static int linear_part(const qlt_st_tensor *t) {
     static const char *suffixes[] = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
                                      "gate_proj.weight", "up_proj.weight", "down_proj.weight"};
     size_t n = strlen(t->name);
     for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
         size_t l = strlen(suffixes[i]);
-        if (n > l && strcmp(t->name + n - l, suffixes[i]) == 0 && t->ndim == 2) return 1;
+        if (n > l && strcmp(t->name + n - l, suffixes[i]) == 0) return 1;
+        const char *at = strstr(t->name, suffixes[i]);
+        if (at && at[l] == '.') return 2;
     }
     return 0;
 }
@@ -25,7 +29,7 @@ static int is_linear_weight(const qlt_st_tensor *t) {
 static double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
 int qlt_cmd_inspect(int argc, char **argv) {
-    if (argc != 2 || strcmp(argv[1], "--help") == 0) {
+    if (argc != 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         printf("usage: qlora-train inspect MODEL_DIR\n\nPrints the architecture, parameter counts, tensors, bytes "
                "per dtype and the NF4 footprint of a Hugging Face model directory.\n");
         return argc == 2 ? 0 : 2;
@@ -48,6 +52,7 @@ int qlt_cmd_inspect(int argc, char **argv) {
     }
     int64_t bytes_by_dtype[QLT_DTYPE_COUNT] = {0}, count_by_dtype[QLT_DTYPE_COUNT] = {0};
     int64_t total_bytes = 0, linear_bytes = 0, nf4_bytes = 0, nf4_dq_bytes = 0, n_tensors = 0, n_params = 0;
+    int prequantized = 0; /* a bitsandbytes 4-bit checkpoint: its linear layers are NF4 already */
     printf("\ntensors:\n");
     for (int f = 0; f < d.n_files; f++) {
         for (int i = 0; i < d.files[f].n_tensors; i++) {
@@ -61,8 +66,10 @@ int qlt_cmd_inspect(int argc, char **argv) {
             total_bytes += (int64_t)t->nbytes;
             n_tensors++;
             n_params += t->numel;
-            if (is_linear_weight(t)) {
-                linear_bytes += (int64_t)t->nbytes;
+            const int part = linear_part(t);
+            if (part) linear_bytes += (int64_t)t->nbytes;
+            if (part == 1 && t->dtype == QLT_DTYPE_U8) prequantized = 1; /* packed 4-bit codes */
+            if (part == 1 && t->ndim == 2) {
                 nf4_bytes += qlt_nf4_bytes(t->numel, 64, 0);
                 nf4_dq_bytes += qlt_nf4_bytes(t->numel, 64, 1);
             } else {
@@ -77,6 +84,13 @@ int qlt_cmd_inspect(int argc, char **argv) {
         if (count_by_dtype[t])
             printf("  %-5s %6lld tensors  %14lld bytes  (%.3f GiB)\n", qlt_dtype_name((qlt_dtype)t),
                    (long long)count_by_dtype[t], (long long)bytes_by_dtype[t], gib((double)bytes_by_dtype[t]));
+    if (prequantized) {
+        printf("linear layers: %lld bytes (%.3f GiB) as stored, already NF4 (a bitsandbytes 4-bit checkpoint; with "
+               "their quantization state); the whole model loads as stored\n",
+               (long long)linear_bytes, gib((double)linear_bytes));
+        qlt_st_dir_close(&d);
+        return 0;
+    }
     printf("linear layers: %lld bytes (%.3f GiB) as stored\n", (long long)linear_bytes, gib((double)linear_bytes));
     printf("NF4 (block 64) whole model: %lld bytes (%.3f GiB); with double quantization: %lld bytes (%.3f GiB)\n",
            (long long)nf4_bytes, gib((double)nf4_bytes), (long long)nf4_dq_bytes, gib((double)nf4_dq_bytes));

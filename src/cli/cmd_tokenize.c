@@ -2,6 +2,7 @@
  * line on stdin/stdout, for checking the tokenizer against Hugging Face's; `--bench FILE.jsonl` times
  * encoding only (texts in memory first, no I/O in the timed part) and prints MB/s and tokens/s. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +23,8 @@ static void usage(FILE *out) {
             "(Hugging Face encode(text, add_special_tokens=False); added/special tokens in the text are\n"
             "recognized). --decode does the reverse: a JSON array of ids a line in, a JSON string out.\n"
             "--bench encodes the \"text\" field of every line of FILE.jsonl (.jsonl.gz too) R times (default 3)\n"
-            "with N threads (default 1) and prints the best MB/s and tokens/s (tokenizing only, no I/O).\n");
+            "with N threads (default 1; 0 = all cores) and prints the best MB/s and tokens/s (tokenizing only,\n"
+            "no I/O).\n");
 }
 
 static int encode_lines(const qlt_tokenizer *tok) {
@@ -73,7 +75,7 @@ static int decode_lines(const qlt_tokenizer *tok) {
         int ok = cJSON_IsArray(v);
         ids.len = 0;
         for (cJSON *e = ok ? v->child : NULL; e; e = e->next) {
-            if (!cJSON_IsNumber(e)) ok = 0;
+            if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble)) ok = 0; /* 1.5 is no id */
             else qlt_ids_push(&ids, e->valueint);
         }
         cJSON_Delete(v);

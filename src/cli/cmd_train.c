@@ -1,11 +1,13 @@
 /* cmd_train.c: `qlora-train train --config FILE [--set k=v ...] [--resume auto|DIR]`. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli_config.h"
 #include "cli/commands.h"
 #include "common/error.h"
 #include "io/fileutil.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 static void usage(void) {
@@ -13,8 +15,19 @@ static void usage(void) {
            "Fine-tunes LoRA adapters on the model of model.path with the data of data.train.\n"
            "Writes output.dir/metrics.jsonl, output.dir/checkpoint-<step>/ every output.save_every steps,\n"
            "and the final adapter (PEFT format) in output.dir/final/.\n"
-           "--resume auto continues from the newest complete checkpoint in output.dir.\n"
+           "--resume auto continues from the newest complete checkpoint in output.dir. A run from step 0\n"
+           "refuses an output.dir that holds an earlier run's checkpoints or final/ unless output.overwrite.\n"
            "Every configuration key: docs/CONFIG.md.\n");
+}
+
+/* --resume DIR, or --resume auto with a complete checkpoint in output.dir: the run continues one. */
+static int resumes_from_checkpoint(const qlt_config *cfg, const char *resume) {
+    if (!resume) return 0;
+    if (strcmp(resume, "auto") != 0) return 1;
+    char *latest = qlt_checkpoint_find_latest(cfg->output.dir);
+    int found = latest != NULL;
+    free(latest);
+    return found;
 }
 
 int qlt_cmd_train(int argc, char **argv) {
@@ -31,6 +44,8 @@ int qlt_cmd_train(int argc, char **argv) {
     }
     qlt_trainer t;
     int rc = qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN);
+    if (rc == 0 && !resumes_from_checkpoint(&cfg, args.resume)) /* before anything is written there */
+        rc = qlt_checkpoint_claim_output(cfg.output.dir, cfg.output.overwrite);
     if (rc == 0) {
         char *cfg_path = qlt_path_join(cfg.output.dir, "run_config.json");
         rc = qlt_mkdirs(cfg.output.dir);

@@ -5,6 +5,7 @@
 #include "io/bnb_checkpoint.h"
 
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,34 +298,37 @@ int qlt_bnb_read_module(const qlt_st_dir *d, const char *module, qlt_nf4 *q, int
             qlt_fail("%s: tensor '%s': nested_dtype must be \"float32\"", qs.file, qs_name);
             goto out;
         }
-        if (!cJSON_IsNumber(no)) {
-            qlt_fail("%s: tensor '%s': nested_offset must be a number", qs.file, qs_name);
+        if (!cJSON_IsNumber(no) || !(fabs(no->valuedouble) <= FLT_MAX)) {
+            qlt_fail("%s: tensor '%s': nested_offset must be a number that fits a 32-bit float", qs.file, qs_name);
             goto out;
         }
         offset = no->valuedouble;
     }
-    /* the tensors */
-    if (qlt_nf4_alloc_host(q, n, (int)blocksize, nested) != 0) goto out;
-    q->offset = (float)offset;
-    found f;
-    if (need(d, module, "", QLT_DTYPE_U8, (n + 1) / 2, 1, &f) != 0) goto out;
-    memcpy(q->codes, f.t->data, (size_t)(n + 1) / 2);
-    if (need(d, module, ".quant_map", QLT_DTYPE_F32, 16, -1, &f) != 0) goto out;
-    memcpy(q->code, f.t->data, 16 * sizeof(float));
-    if (memcmp(q->code, qlt_nf4_codebook, sizeof qlt_nf4_codebook) != 0) {
-        qlt_fail("%s: tensor '%s.weight.quant_map' is not the NF4 codebook (only nf4 is supported)", f.file, module);
+    /* the tensors, each checked against the quant_state before anything is allocated for it (a corrupt
+     * shape could otherwise ask for terabytes) */
+    int64_t nblocks = (n + blocksize - 1) / blocksize;
+    int64_t nested_nblocks = (nblocks + QLT_NF4_NESTED_BLOCKSIZE - 1) / QLT_NF4_NESTED_BLOCKSIZE;
+    found codes, code, absmax, nested_absmax = {0}, nested_code = {0};
+    if (need(d, module, "", QLT_DTYPE_U8, (n + 1) / 2, 1, &codes) != 0 ||
+        need(d, module, ".quant_map", QLT_DTYPE_F32, 16, -1, &code) != 0 ||
+        need(d, module, ".absmax", nested ? QLT_DTYPE_U8 : QLT_DTYPE_F32, nblocks, -1, &absmax) != 0 ||
+        (nested && (need(d, module, ".nested_absmax", QLT_DTYPE_F32, nested_nblocks, -1, &nested_absmax) != 0 ||
+                    need(d, module, ".nested_quant_map", QLT_DTYPE_F32, 256, -1, &nested_code) != 0)))
+        goto out;
+    if (memcmp(code.t->data, qlt_nf4_codebook, sizeof qlt_nf4_codebook) != 0) {
+        qlt_fail("%s: tensor '%s.weight.quant_map' is not the NF4 codebook (only nf4 is supported)", code.file, module);
         goto out;
     }
+    if (qlt_nf4_alloc_host(q, n, (int)blocksize, nested) != 0) goto out;
+    q->offset = (float)offset;
+    memcpy(q->codes, codes.t->data, (size_t)(n + 1) / 2);
+    memcpy(q->code, code.t->data, 16 * sizeof(float));
     if (nested) {
-        if (need(d, module, ".absmax", QLT_DTYPE_U8, q->nblocks, -1, &f) != 0) goto out;
-        memcpy(q->absmax_q, f.t->data, (size_t)q->nblocks);
-        if (need(d, module, ".nested_absmax", QLT_DTYPE_F32, q->nested_nblocks, -1, &f) != 0) goto out;
-        memcpy(q->nested_absmax, f.t->data, (size_t)q->nested_nblocks * sizeof(float));
-        if (need(d, module, ".nested_quant_map", QLT_DTYPE_F32, 256, -1, &f) != 0) goto out;
-        memcpy(q->nested_code, f.t->data, 256 * sizeof(float));
+        memcpy(q->absmax_q, absmax.t->data, (size_t)q->nblocks);
+        memcpy(q->nested_absmax, nested_absmax.t->data, (size_t)q->nested_nblocks * sizeof(float));
+        memcpy(q->nested_code, nested_code.t->data, 256 * sizeof(float));
     } else {
-        if (need(d, module, ".absmax", QLT_DTYPE_F32, q->nblocks, -1, &f) != 0) goto out;
-        memcpy(q->absmax, f.t->data, (size_t)q->nblocks * sizeof(float));
+        memcpy(q->absmax, absmax.t->data, (size_t)q->nblocks * sizeof(float));
     }
     rc = 0;
 out:

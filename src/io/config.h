@@ -57,7 +57,7 @@ typedef struct qlt_config {
         int train_on_prompt; /* 0 */
         float eval_split;    /* 0 */
         int skip_bad;        /* 0 */
-        int cache;           /* 1: cache the tokenized, packed dataset beside output.dir */
+        int cache;           /* 1: cache the tokenized, packed dataset in output.dir/cache/ */
         int threads;         /* 0 = all cores, for tokenizing */
     } data;
     struct {
@@ -88,6 +88,7 @@ typedef struct qlt_config {
         char *dir;           /* "runs/demo" */
         int64_t save_every;  /* 0 = only the final adapter */
         int keep_last;       /* 0 = keep every checkpoint */
+        int overwrite;       /* 0: a step-0 run refuses a dir holding an earlier run; 1: deletes it first */
     } output;
 } qlt_config;
 

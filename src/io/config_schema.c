@@ -34,7 +34,7 @@
 
 static const qlt_cfg_entry schema[] = {
     STRING_KEY("model.path", model.path, "\"\"", "base_model|model_name_or_path|model_path|model_dir",
-               "model directory (config.json, *.safetensors, tokenizer.json); \"\" = the built-in demo model"),
+               "model directory (config.json, *.safetensors, tokenizer.json), or random:CONFIG.json (random weights); required"),
     ENUM_KEY("model.quant", model.quant, "nf4", "nf4, none", "quantization|load_in_4bit|bnb_4bit_quant_type",
              "how the frozen base is stored: nf4 = 4-bit NormalFloat blocks (QLoRA), none = bf16"),
     INT_KEY("model.nf4_blocksize", model.nf4_blocksize, "64", "[32, 4096]", "blocksize|block_size",
@@ -80,7 +80,7 @@ static const qlt_cfg_entry schema[] = {
     BOOL_KEY("data.skip_bad", data.skip_bad, "false", "skip_invalid|skip_errors",
              "skip malformed records with a warning instead of stopping at the first one"),
     BOOL_KEY("data.cache", data.cache, "true", "dataset_cache",
-             "cache the tokenized, packed dataset beside output.dir and reuse it while the inputs are unchanged"),
+             "cache the tokenized, packed dataset in output.dir/cache/ and reuse it while the inputs are unchanged"),
     INT_KEY("data.threads", data.threads, "0", "[0, inf)", "num_proc|dataset_num_proc",
             "threads for tokenizing (0 = all cores)"),
 
@@ -139,6 +139,9 @@ static const qlt_cfg_entry schema[] = {
               "save a checkpoint every N steps; 0 = only the final adapter"),
     INT_KEY("output.keep_last", output.keep_last, "0", "[0, inf)", "save_total_limit",
             "checkpoints to keep (older ones are deleted); 0 = keep them all"),
+    BOOL_KEY("output.overwrite", output.overwrite, "false", "overwrite_output_dir",
+             "a run from step 0 into an output.dir that holds an earlier run's checkpoints or final adapter: "
+             "false = refuse, true = delete them first"),
 };
 
 #define SCHEMA_COUNT ((int64_t)(sizeof schema / sizeof schema[0]))

@@ -85,10 +85,13 @@ static int parse_chat(const qlt_example_ctx *c, const cJSON *obj, qlt_ids *ids, 
     qlt_chat_message *list = qlt_xmalloc((size_t)n * sizeof *list);
     int i = 0;
     for (const cJSON *m = msgs->child; m; m = m->next, i++) {
-        if (!cJSON_IsObject(m) || string_field(m, "role", 1, &list[i].role) != 0 ||
-            string_field(m, "content", 0, &list[i].content) != 0) {
+        if (!cJSON_IsObject(m)) { /* a fresh message: there is no field error to put context on */
             free(list);
-            return qlt_fail_context("messages[%d]%s", i, cJSON_IsObject(m) ? "" : " is not an object");
+            return qlt_fail("messages[%d] is not a {\"role\", \"content\"} object", i);
+        }
+        if (string_field(m, "role", 1, &list[i].role) != 0 || string_field(m, "content", 0, &list[i].content) != 0) {
+            free(list);
+            return qlt_fail_context("messages[%d]", i);
         }
     }
     int r = qlt_chat_encode(c->chat, c->tok, c->enc, list, n, c->train_all, ids, labels);

@@ -15,6 +15,11 @@
 int qlt_read_file(const char *path, char **out, size_t *len) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return qlt_fail("%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode)) { /* fopen opens a directory; fread then fails */
+        fclose(fp);
+        return qlt_fail("%s: is a directory, expected a file", path);
+    }
     size_t cap = 1 << 16, n = 0;
     char *buf = qlt_xmalloc(cap);
     for (;;) {

@@ -5,6 +5,7 @@
 #include "io/tokenizer.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,18 +43,23 @@ static size_t token_bytes(const char *s, uint8_t *buf) {
     return n;
 }
 
+/* A token id in tokenizer.json: a whole number from 0 to 2e9 (a fraction would be cut to another id). */
+static int is_token_id(const cJSON *v) {
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 2e9 && v->valuedouble == floor(v->valuedouble);
+}
+
 static int load_vocab(qlt_tokenizer *tok, const char *path, const cJSON *vocab, const cJSON *added, const cJSON *merges) {
     int32_t max_id = -1;
     int64_t n_vocab = 0;
     for (const cJSON *v = vocab->child; v; v = v->next, n_vocab++) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 2e9)
+        if (!is_token_id(v))
             return qlt_fail("%s: model.vocab[\"%s\"] is not a token id (expected a non-negative integer)", path, v->string);
         if (v->valueint > max_id) max_id = v->valueint;
     }
     int64_t i = 0;
     for (const cJSON *a = added ? added->child : NULL; a; a = a->next, i++) {
         const cJSON *id = get(a, "id");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 2e9 || !get_string(a, "content"))
+        if (!is_token_id(id) || !get_string(a, "content"))
             return qlt_fail("%s: added_tokens[%lld] needs an integer \"id\" and a string \"content\"", path, (long long)i);
         if (id->valueint > max_id) max_id = id->valueint;
     }

@@ -2,6 +2,7 @@
 #include "model/lora.h"
 
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,8 +146,10 @@ int qlt_lora_read_peft_config(const char *dir, int *r, float *alpha, unsigned *t
                           "every module", path);
         else if (!cJSON_IsNumber(jr) || jr->valuedouble < 1 || jr->valuedouble != (double)(int)jr->valuedouble)
             rc = qlt_fail("%s: 'r' must be a positive integer", path);
-        else if (!cJSON_IsNumber(ja))
-            rc = qlt_fail("%s: 'lora_alpha' must be a number", path);
+        else if (!cJSON_IsNumber(ja) || !(ja->valuedouble > 0 && ja->valuedouble <= FLT_MAX))
+            rc = qlt_fail("%s: 'lora_alpha' must be a positive number that fits a 32-bit float (as lora.alpha)", path);
+        else if (js && !cJSON_IsNull(js) && !cJSON_IsBool(js))
+            rc = qlt_fail("%s: 'use_rslora' must be true or false", path);
         else if (!cJSON_IsArray(jt) && !cJSON_IsString(jt))
             rc = qlt_fail("%s: 'target_modules' must be a list of module names", path);
         if (rc == 0) {

@@ -2,6 +2,7 @@
 #include "model/model_config.h"
 
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -115,6 +116,10 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
     }
     snprintf(mc->arch_name, sizeof mc->arch_name, "%s", a0->valuestring);
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (act && !cJSON_IsNull(act) && !cJSON_IsString(act)) {
+        qlt_fail("%s: hidden_act must be a string (only \"silu\" is supported)", path);
+        goto done;
+    }
     if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0) {
         qlt_fail("%s: hidden_act '%s' is not supported (only silu)", path, act->valuestring);
         goto done;
@@ -148,8 +153,16 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
     }
     double eps;
     if (get_double(root, "rms_norm_eps", 1e-6, &eps, path)) goto done;
+    if (!(eps >= 0 && eps <= FLT_MAX)) { /* a negative or overflowing eps makes every norm NaN */
+        qlt_fail("%s: rms_norm_eps must be a number >= 0 that fits a 32-bit float (got %g)", path, eps);
+        goto done;
+    }
     mc->rms_eps = (float)eps;
     if (parse_rope(mc, root, path)) goto done;
+    if (!(mc->rope_theta > 0 && isfinite(mc->rope_theta))) { /* theta <= 0 makes the rotary angles NaN */
+        qlt_fail("%s: rope_theta must be a positive number (got %g)", path, mc->rope_theta);
+        goto done;
+    }
     if (get_bool(root, "tie_word_embeddings", 0, &mc->tie_word_embeddings, path)) goto done;
     if (get_bool(root, "attention_bias", mc->arch == QLT_ARCH_QWEN2, &mc->attention_bias, path)) goto done;
     if (mc->arch == QLT_ARCH_QWEN2) mc->attention_bias = 1; /* Qwen2 always has q/k/v bias */

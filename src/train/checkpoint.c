@@ -241,6 +241,43 @@ char *qlt_checkpoint_find_latest(const char *output_dir) {
     return latest;
 }
 
+int qlt_checkpoint_claim_output(const char *output_dir, int overwrite) {
+    DIR *d = opendir(output_dir);
+    if (!d) return 0; /* nothing there yet */
+    char **found = NULL;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (checkpoint_step(e->d_name) < 0 && strcmp(e->d_name, "final") != 0) continue;
+        char *path = qlt_path_join(output_dir, e->d_name);
+        if (qlt_dir_exists(path)) {
+            found = qlt_xrealloc(found, sizeof *found * (size_t)(n + 1));
+            found[n++] = path;
+        } else {
+            free(path);
+        }
+    }
+    closedir(d);
+    int rc = 0;
+    if (n > 0 && !overwrite) {
+        char *latest = qlt_checkpoint_find_latest(output_dir);
+        const char *name = strrchr(found[0], '/') ? strrchr(found[0], '/') + 1 : found[0];
+        rc = qlt_fail("output.dir %s holds an earlier run (%s%s): %s--set output.overwrite=true deletes it, or set "
+                      "another output.dir", output_dir, name, n > 1 ? " and more" : "",
+                      latest ? "--resume auto continues it, " : "");
+        free(latest);
+    }
+    for (int i = 0; i < n; i++) {
+        if (rc == 0) {
+            fprintf(stderr, "qlora-train: output.overwrite: deleting %s\n", found[i]);
+            rc = qlt_remove_tree(found[i]);
+        }
+        free(found[i]);
+    }
+    free(found);
+    return rc;
+}
+
 int qlt_checkpoint_prune(const char *output_dir, int keep_last) {
     if (keep_last <= 0) return 0;
     ckpt_entry *list;

@@ -17,6 +17,10 @@ int qlt_checkpoint_load(qlt_trainer *t, const char *dir);
 char *qlt_checkpoint_find_latest(const char *output_dir);
 /* Removes the oldest checkpoints so that at most keep_last remain (keep_last <= 0: keep all). */
 int qlt_checkpoint_prune(const char *output_dir, int keep_last);
+/* Before a run that starts at step 0 writes anything into output_dir: an earlier run's checkpoint-<step>/
+ * or final/ there would be overwritten, mixed with this run's and pruned with them, so this refuses
+ * (naming them and what to do) unless overwrite, which deletes them first. */
+int qlt_checkpoint_claim_output(const char *output_dir, int overwrite);
 /* Writes only the adapter (PEFT format) atomically into dir. */
 int qlt_adapter_save(const qlt_trainer *t, const char *dir);
 

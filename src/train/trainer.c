@@ -107,6 +107,9 @@ static int load_datasets(qlt_trainer *t, qlt_trainer_mode mode) {
     const char *eval_name = cfg->data.eval.count > 0 ? "data.eval" : "data.train";
     if (rc == 0) rc = check_ids(&t->train, "data.train", t->model.cfg.vocab, cfg->data.format);
     if (rc == 0) rc = check_ids(&t->eval, eval_name, t->model.cfg.vocab, cfg->data.format);
+    if (rc == 0 && mode == QLT_TRAINER_TRAIN && t->train.n_label_tokens == 0)
+        rc = qlt_fail("data.train has no tokens with labels (every label is -100, e.g. prompts that fill data.seq_len): "
+                      "no step would train anything; check the data, raise data.seq_len or set data.train_on_prompt: true");
     if (rc == 0) {
         const qlt_dataset *ds = mode == QLT_TRAINER_TRAIN ? &t->train : &t->eval;
         fprintf(stderr, "qlora-train: data: %lld examples -> %lld rows of %d tokens (%lld tokens with loss)%s",

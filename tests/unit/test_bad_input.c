@@ -188,29 +188,40 @@ Test(bad_input, cli_missing_tensor) {
     free(dir);
 }
 
+/* Replaces the first `from` in the text file dir/name by `to`. */
+static void edit_file(const char *dir, const char *name, const char *from, const char *to) {
+    char *path = qlt_path_join(dir, name);
+    char *text, *edited = NULL;
+    cr_assert_eq(qlt_read_file(path, &text, NULL), 0);
+    char *p = strstr(text, from);
+    cr_assert(p, "'%s' not in %s", from, path);
+    *p = '\0';
+    if (asprintf(&edited, "%s%s%s", text, to, p + strlen(from)) < 0) abort();
+    test_write_text(path, edited);
+    free(edited);
+    free(text);
+    free(path);
+}
+
+/* Expects `qlora-train eval` on the model in dir (eval config + `extra` YAML) to fail with one line holding
+ * both needles. */
+static void expect_eval_error(const char *dir, const char *extra, const char *needle1, const char *needle2) {
+    char *cfg = qlt_path_join(dir, "eval.yaml"), *args = NULL;
+    write_eval_config(cfg, dir, extra);
+    if (asprintf(&args, "eval --config %s", cfg) < 0) abort();
+    expect_cli_error(args, needle1, needle2);
+    free(args);
+    free(cfg);
+}
+
 /* In a copy of a fixture, replaces `from` by `to` in config.json, then expects `qlora-train eval` to fail with
  * one line holding both needles. */
 static void expect_config_edit_error(const char *model, const char *from, const char *to, const char *needle1,
                                      const char *needle2) {
     char *dir = copy_fixture(model);
-    char *cfgjson = qlt_path_join(dir, "config.json");
-    char *text, *edited = NULL;
-    cr_assert_eq(qlt_read_file(cfgjson, &text, NULL), 0);
-    char *p = strstr(text, from);
-    cr_assert(p, "'%s' not in %s", from, cfgjson);
-    *p = '\0';
-    if (asprintf(&edited, "%s%s%s", text, to, p + strlen(from)) < 0) abort();
-    test_write_text(cfgjson, edited);
-    char *cfg = qlt_path_join(dir, "eval.yaml"), *args = NULL;
-    write_eval_config(cfg, dir, "");
-    if (asprintf(&args, "eval --config %s", cfg) < 0) abort();
-    expect_cli_error(args, needle1, needle2);
+    edit_file(dir, "config.json", from, to);
+    expect_eval_error(dir, "", needle1, needle2);
     qlt_remove_tree(dir);
-    free(args);
-    free(cfg);
-    free(edited);
-    free(text);
-    free(cfgjson);
     free(dir);
 }
 
@@ -232,6 +243,40 @@ Test(bad_input, cli_sliding_window_shorter_than_seq) {
 Test(bad_input, cli_head_dim_too_large) {
     expect_config_edit_error("tiny-llama", "\"head_dim\": 16", "\"head_dim\": 1024", "head_dim must be",
                              "(got 1024)");
+}
+
+/* Values that load but made every loss NaN (a negative rms_norm_eps, rope_theta 0) or were ignored (a
+ * hidden_act that is not a string) are refused, naming the key. */
+Test(bad_input, cli_model_config_values_out_of_range) {
+    expect_config_edit_error("tiny-llama", "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": -1",
+                             "config.json: rms_norm_eps must be a number >= 0", "(got -1)");
+    expect_config_edit_error("tiny-llama", "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": 1e300",
+                             "config.json: rms_norm_eps must be", "32-bit float");
+    expect_config_edit_error("tiny-llama", "\"rope_theta\": 500000.0", "\"rope_theta\": 0",
+                             "config.json: rope_theta must be a positive number", "(got 0)");
+    expect_config_edit_error("tiny-llama", "\"hidden_act\": \"silu\"", "\"hidden_act\": 5",
+                             "config.json: hidden_act must be a string", NULL);
+}
+
+/* A lora.init_from adapter whose lora_alpha no float holds (the loss was NaN), whose use_rslora is not a bool
+ * (it was read as false), or whose adapter_config.json is a directory ("read error") gives one clear line. */
+Test(bad_input, cli_adapter_config_bad_values) {
+    char *dir = copy_fixture("tiny-llama"), *adapter = qlt_path_join(dir, "adapter-init"), *text = NULL;
+    if (asprintf(&text, "lora:\n  init_from: %s\n", adapter) < 0) abort();
+    edit_file(adapter, "adapter_config.json", "\"lora_alpha\": 8", "\"lora_alpha\": 1e300");
+    expect_eval_error(dir, text, "adapter_config.json: 'lora_alpha' must be a positive number", NULL);
+    edit_file(adapter, "adapter_config.json", "\"lora_alpha\": 1e300", "\"lora_alpha\": 8");
+    edit_file(adapter, "adapter_config.json", "\"use_rslora\": false", "\"use_rslora\": \"yes\"");
+    expect_eval_error(dir, text, "adapter_config.json: 'use_rslora' must be true or false", NULL);
+    char *cfgjson = qlt_path_join(adapter, "adapter_config.json");
+    cr_assert_eq(remove(cfgjson), 0);
+    cr_assert_eq(qlt_mkdirs(cfgjson), 0);
+    expect_eval_error(dir, text, "adapter_config.json: is a directory, expected a file", NULL);
+    qlt_remove_tree(dir);
+    free(cfgjson);
+    free(text);
+    free(adapter);
+    free(dir);
 }
 
 Test(bad_input, cli_config_key_misspelled) {
@@ -259,6 +304,97 @@ Test(bad_input, cli_config_wrong_type) {
     qlt_remove_tree(dir);
     free(args);
     free(cfg);
+    free(dir);
+}
+
+/* Runs `qlora-train train` on tiny-qwen2 (with the tok-qwen2style tokenizer) over data written as `jsonl` in
+ * `format`; expects exit status 1 and, after the progress lines, one error line holding both needles. */
+static void expect_train_data_error(const char *format, const char *jsonl, const char *needle1, const char *needle2) {
+    char *dir = test_tmpdir(), *model = test_fixture_path("tiny-qwen2", NULL);
+    char *tok = test_fixture_path("tok-qwen2style", "tokenizer.json");
+    char *data = qlt_path_join(dir, "data.jsonl"), *cfg = qlt_path_join(dir, "c.yaml"), *text = NULL, *args = NULL;
+    test_write_text(data, jsonl);
+    if (asprintf(&text, "model: {path: %s, quant: none}\ndata: {train: [%s], format: %s, seq_len: 8, cache: false, "
+                 "tokenizer: %s}\ntrain: {device: cpu, max_steps: 1}\noutput: {dir: %s/run}\n",
+                 model, data, format, tok, dir) < 0)
+        abort();
+    test_write_text(cfg, text);
+    if (asprintf(&args, "train --config %s", cfg) < 0) abort();
+    char *out;
+    int status = test_run_cli(NULL, args, &out);
+    cr_expect_eq(status, 1, "exit status %d: %s", status, out);
+    /* the progress line of the model load comes first; then the one error line, last */
+    char *error = strstr(out, "qlora-train: error: ");
+    cr_assert(error, "no error line in: %s", out);
+    cr_expect(strchr(error, '\n') == error + strlen(error) - 1, "one error line, last: %s", out);
+    cr_expect(strstr(error, needle1), "'%s' missing in: %s", needle1, error);
+    if (needle2) cr_expect(strstr(error, needle2), "'%s' missing in: %s", needle2, error);
+    free(out);
+    qlt_remove_tree(dir);
+    free(args);
+    free(text);
+    free(cfg);
+    free(data);
+    free(tok);
+    free(model);
+    free(dir);
+}
+
+/* Training data where no token has a label (labels all -100, or prompts that fill data.seq_len) trained
+ * nothing at loss 0 and exit status 0; it is an error now. */
+Test(bad_input, cli_train_data_without_labels) {
+    expect_train_data_error("tokens", "{\"input_ids\": [1, 2, 3], \"labels\": [-100, -100, -100]}\n",
+                            "data.train has no tokens with labels", NULL);
+    expect_train_data_error("completion", "{\"prompt\": \"a,b,c,d,e,f,g,h,i,j\", \"completion\": \"q\"}\n",
+                            "data.train has no tokens with labels", NULL);
+}
+
+/* A chat message that is not an object is named as such (the message was "messages[0] is not an object: "
+ * followed by whatever error an earlier call had left). */
+Test(bad_input, cli_chat_message_not_an_object) {
+    expect_train_data_error("chat", "{\"messages\": [\"hi\"]}\n",
+                            "data.jsonl:1: messages[0] is not a {\"role\", \"content\"} object (data.format: chat)", NULL);
+}
+
+/* A bitsandbytes module whose quant_state has three dims is reported with all three (the message said
+ * "[96, 256]; config.json implies [96, 256]"). */
+Test(bad_input, cli_quantized_module_shape_names_every_dim) {
+    char *dir = test_tmpdir(), *src = test_fixture_path("tiny-llama", NULL), *args = NULL, *out = NULL;
+    char *q = qlt_path_join(dir, "q");
+    if (asprintf(&args, "quantize %s %s", src, q) < 0) abort();
+    cr_assert_eq(test_run_cli(NULL, args, &out), 0, "%s", out);
+    char *path = qlt_path_join(q, "model.safetensors");
+    const char *state = "model.layers.0.mlp.down_proj.weight.quant_state.bitsandbytes__nf4";
+    qlt_st_file f;
+    cr_assert_eq(qlt_st_open(&f, path), 0, "%s", qlt_error());
+    qlt_st_writer w;
+    qlt_st_writer_init(&w);
+    for (int i = 0; i < f.n_tensors; i++) {
+        const qlt_st_tensor *t = &f.tensors[i];
+        if (strcmp(t->name, state) != 0) {
+            qlt_st_writer_add(&w, t->name, t->dtype, t->ndim, t->shape, t->data);
+            continue;
+        }
+        char *json = strndup((const char *)t->data, t->nbytes), *shape = strstr(json, "\"shape\": [96, 256]");
+        cr_assert(shape, "%s", json);
+        char *edited = NULL;
+        *shape = '\0';
+        if (asprintf(&edited, "%s\"shape\": [96, 256, 1]%s", json, shape + strlen("\"shape\": [96, 256]")) < 0) abort();
+        int64_t n = (int64_t)strlen(edited);
+        qlt_st_writer_add(&w, t->name, QLT_DTYPE_U8, 1, &n, edited);
+        free(edited);
+        free(json);
+    }
+    qlt_st_close(&f);
+    cr_assert_eq(qlt_st_writer_write(&w, path), 0, "%s", qlt_error());
+    qlt_st_writer_free(&w);
+    expect_eval_error(q, "", "'model.layers.0.mlp.down_proj' has shape [96, 256, 1]", "config.json implies [96, 256]");
+    qlt_remove_tree(dir);
+    free(path);
+    free(q);
+    free(out);
+    free(args);
+    free(src);
     free(dir);
 }
 
@@ -336,5 +472,61 @@ Test(cli, demo_config_trains) {
     free(adapter);
     free(args);
     free(out);
+    free(tmp);
+}
+
+/* A run from step 0 into an output.dir holding an earlier run's checkpoints and final adapter refuses
+ * before writing anything there (the earlier run's files keep their bytes); output.overwrite=true deletes
+ * them first. */
+static char *demo_run_args(const char *tmp, int steps, const char *overwrite) {
+    char *args = NULL;
+    if (asprintf(&args, "train --config %s/../../configs/demo.yaml --set train.device=cpu --set train.max_steps=%d "
+                 "--set output.save_every=1 --set output.dir=%s/run --set data.cache=false --set output.overwrite=%s",
+                 QLT_TEST_DATA, steps, tmp, overwrite) < 0)
+        abort();
+    return args;
+}
+
+static char *read_or_null(const char *dir, const char *file, size_t *len) {
+    char *path = qlt_path_join(dir, file), *text = NULL;
+    if (qlt_read_file(path, &text, len) != 0) text = NULL;
+    free(path);
+    return text;
+}
+
+Test(cli, fresh_run_keeps_an_earlier_run) {
+    char *tmp = test_tmpdir(), *out = NULL, *args = demo_run_args(tmp, 2, "false");
+    cr_assert_eq(test_run_cli(QLT_TEST_DATA "/../..", args, &out), 0, "%s", out);
+    free(args);
+    free(out);
+    char *run = qlt_path_join(tmp, "run");
+    const char *kept[] = {"checkpoint-2/trainer_state.json", "final/adapter_model.safetensors", "metrics.jsonl",
+                          "run_config.json"};
+    char *before[4];
+    size_t len[4], after_len;
+    for (int i = 0; i < 4; i++) cr_assert_not_null(before[i] = read_or_null(run, kept[i], &len[i]), "%s", kept[i]);
+    args = demo_run_args(tmp, 1, "false");
+    cr_expect_eq(test_run_cli(QLT_TEST_DATA "/../..", args, &out), 1, "%s", out);
+    cr_expect(strstr(out, "holds an earlier run") && strstr(out, "--resume auto") && strstr(out, "output.overwrite"),
+              "%s", out);
+    for (int i = 0; i < 4; i++) {
+        char *after = read_or_null(run, kept[i], &after_len);
+        cr_expect(after && after_len == len[i] && memcmp(after, before[i], len[i]) == 0, "%s changed by the refused run",
+                  kept[i]);
+        free(after);
+        free(before[i]);
+    }
+    free(args);
+    free(out);
+    args = demo_run_args(tmp, 1, "true");
+    cr_assert_eq(test_run_cli(QLT_TEST_DATA "/../..", args, &out), 0, "%s", out);
+    char *ck1 = qlt_path_join(run, "checkpoint-1"), *ck2 = qlt_path_join(run, "checkpoint-2");
+    cr_expect(qlt_dir_exists(ck1) && !qlt_dir_exists(ck2), "overwrite: the earlier checkpoint-2 is gone: %s", out);
+    free(ck1);
+    free(ck2);
+    free(args);
+    free(out);
+    free(run);
+    qlt_remove_tree(tmp);
     free(tmp);
 }

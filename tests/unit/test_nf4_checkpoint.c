@@ -294,6 +294,12 @@ static void quantize_round_trip(const char *fixture, const char *model_file, con
     /* the output is not quantized twice */
     snprintf(cmd, sizeof cmd, "quantize %s %s/twice", out, tmp);
     cr_assert_neq(test_run_cli(NULL, cmd, NULL), 0, "a quantized model quantized again");
+    /* inspect counts the stored 4-bit layers as they are, not as weights to quantize */
+    snprintf(cmd, sizeof cmd, "inspect %s", out);
+    cr_assert_eq(test_run_cli(NULL, cmd, &output), 0, "%s", output);
+    cr_expect(strstr(output, "already NF4 (a bitsandbytes 4-bit checkpoint"), "%s", output);
+    cr_expect(!strstr(output, "linear layers only"), "no NF4 estimate from the packed codes: %s", output);
+    free(output);
     free(src_dir);
     free(p);
     free(in);
@@ -309,4 +315,18 @@ Test(nf4_checkpoint, quantize_command_round_trip_qwen2_bf16_no_dq) {
 }
 Test(nf4_checkpoint, quantize_command_shards) {
     quantize_round_trip("tiny-qwen3", "model.bf16.safetensors", "--max-shard-size 100KB");
+}
+
+/* The quant_state is checked against the stored tensors before anything is allocated for it: a corrupt
+ * shape of 4e15 values is a one-line error naming the tensor, not a 2 PB allocation; an offset no float
+ * holds (it made every weight NaN) is refused too. */
+Test(nf4_checkpoint, quant_state_is_checked_before_allocating) {
+    expect_bad("m.q_proj.weight.quant_state.bitsandbytes__nf4",
+               "{\"quant_type\": \"nf4\", \"blocksize\": 64, \"dtype\": \"bfloat16\", \"shape\": [2000000000, 2000000], "
+               "\"nested_blocksize\": 256, \"nested_dtype\": \"float32\", \"nested_offset\": 0.5}",
+               QLT_DTYPE_U8, 0, "m.q_proj.weight' has shape [320, 1], expected [2000000000000000, 1]");
+    expect_bad("m.q_proj.weight.quant_state.bitsandbytes__nf4",
+               "{\"quant_type\": \"nf4\", \"blocksize\": 64, \"dtype\": \"bfloat16\", \"shape\": [10, 64], "
+               "\"nested_blocksize\": 256, \"nested_dtype\": \"float32\", \"nested_offset\": 1e300}",
+               QLT_DTYPE_U8, 0, "nested_offset must be a number that fits a 32-bit float");
 }

@@ -2,6 +2,7 @@
  * on every golden encoding (the small fixtures always; the real Qwen3 / Llama-3 tokenizers from
  * ../shared when present), decode(encode(text)) is the normalized text, both merge layouts load, and
  * unsupported or broken tokenizer.json files fail with a clear message. */
+#define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -233,5 +234,25 @@ Test(tokenizer, cli_encode_and_decode) {
     status = run_tokenize("--tokenizer " TOK_QWEN2STYLE "/tokenizer.json", "\"ok\"\nnot json\n", &out);
     cr_assert(strstr(out, "stdin line 2"), "%s", out);
     cr_assert_neq(status, 0, "%s", out);
+    free(out);
+}
+
+/* A token id with a fraction is refused, not cut to another id (3000.5 was read as 3000). */
+Test(tokenizer, fractional_token_ids_are_refused) {
+    char *text;
+    size_t len;
+    cr_assert_eq(qlt_read_file(TOK_QWEN2STYLE "/tokenizer.json", &text, &len), 0);
+    char *id = strstr(text, "\"id\": 3000");
+    cr_assert(id, "the fixture's first added token has id 3000");
+    char *edited = NULL;
+    *id = '\0';
+    if (asprintf(&edited, "%s\"id\": 3000.5%s", text, id + strlen("\"id\": 3000")) < 0) abort();
+    expect_load_error(edited, strlen(edited), "added_tokens[0] needs an integer \"id\"");
+    free(edited);
+    free(text);
+    char *out;
+    int status = run_tokenize("--tokenizer " TOK_QWEN2STYLE "/tokenizer.json --decode", "[39.5]\n", &out);
+    cr_expect_neq(status, 0, "%s", out);
+    cr_expect(strstr(out, "stdin line 1: expected a JSON array of token ids"), "%s", out);
     free(out);
 }
