@@ -22,6 +22,7 @@ typedef struct json_scan {
     int64_t line;
     json_spot *spots;
     int64_t count, cap;
+    int64_t nul_line; /* the first line with a string holding \u0000 (cJSON would cut the string there); 0 */
 } json_scan;
 
 /* Whitespace as cJSON skips it: every byte from 1 to 32 (not only the four JSON names), so that the scanner
@@ -37,7 +38,11 @@ static void scan_space(json_scan *sc) {
 
 static void scan_string(json_scan *sc) {
     sc->i++; /* opening quote */
-    while (sc->i < sc->n && sc->s[sc->i] != '"') sc->i += sc->s[sc->i] == '\\' ? 2 : 1;
+    while (sc->i < sc->n && sc->s[sc->i] != '"') {
+        if (sc->s[sc->i] == '\\' && !sc->nul_line && sc->n - sc->i >= 6 && memcmp(sc->s + sc->i + 1, "u0000", 5) == 0)
+            sc->nul_line = sc->line;
+        sc->i += sc->s[sc->i] == '\\' ? 2 : 1;
+    }
     sc->i++; /* closing quote */
 }
 
@@ -129,6 +134,12 @@ int qlt_doc_parse_json(const char *name, const char *text, size_t len, qlt_doc_n
     size_t bom = len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
     json_scan sc = {.s = text, .n = len, .i = bom, .line = 1};
     scan_value(&sc, 0);
+    if (sc.nul_line) {
+        free(sc.spots);
+        cJSON_Delete(j);
+        return qlt_fail("%s:%lld: a string holds \\u0000 (a NUL character), which no key takes: remove it", name,
+                        (long long)sc.nul_line);
+    }
     json_walk w = {.text = text, .spots = sc.spots, .count = sc.count, .next = 0};
     *root = convert(&w, j);
     QLT_ASSERT(w.next == w.count);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "io/fileutil.h"
 #include "common/hash.h"
 #include "io/dataset_internal.h"
 
@@ -29,6 +30,7 @@ typedef struct cache_header {
 } cache_header;
 
 static int hash_file(const char *path, uint64_t *h) {
+    QLT_TRY(qlt_check_not_dir(path));
     FILE *f = fopen(path, "rb");
     if (!f) return qlt_fail("%s: cannot open (a data file)", path);
     enum { CHUNK = 1 << 20 };

@@ -12,14 +12,16 @@
 
 #include "common/error.h"
 
+int qlt_check_not_dir(const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return qlt_fail("%s: is a directory, expected a file", path);
+    return 0;
+}
+
 int qlt_read_file(const char *path, char **out, size_t *len) {
+    QLT_TRY(qlt_check_not_dir(path)); /* fopen opens a directory; fread then fails with no reason */
     FILE *fp = fopen(path, "rb");
     if (!fp) return qlt_fail("%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode)) { /* fopen opens a directory; fread then fails */
-        fclose(fp);
-        return qlt_fail("%s: is a directory, expected a file", path);
-    }
     size_t cap = 1 << 16, n = 0;
     char *buf = qlt_xmalloc(cap);
     for (;;) {

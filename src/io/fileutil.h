@@ -8,6 +8,8 @@
 
 /* Reads a whole file into a NUL-terminated heap buffer. */
 int qlt_read_file(const char *path, char **out, size_t *len);
+/* 0, or -1 with "PATH: is a directory, expected a file" (fopen and gzopen open directories). */
+int qlt_check_not_dir(const char *path);
 /* a + "/" + b, heap-allocated. */
 char *qlt_path_join(const char *a, const char *b);
 int qlt_file_exists(const char *path);

@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include "common/error.h"
+#include "io/fileutil.h"
 
 enum { READ_STEP = 1 << 20 };
 
@@ -22,6 +23,7 @@ struct qlt_jsonl {
 
 int qlt_jsonl_open(qlt_jsonl **out, const char *path) {
     *out = NULL;
+    QLT_TRY(qlt_check_not_dir(path));
     gzFile gz = gzopen(path, "rb");
     if (!gz) return qlt_fail("%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
     gzbuffer(gz, 1 << 17);

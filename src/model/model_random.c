@@ -109,6 +109,7 @@ int qlt_model_open(qlt_model *m, qlt_backend *be, const char *path, const qlt_mo
     if (!path[0]) return qlt_fail("model.path is empty: set it to a Hugging Face model directory (or random:CONFIG.json)");
     if (strncmp(path, RANDOM_PREFIX, strlen(RANDOM_PREFIX)) != 0) return qlt_model_load(m, be, path, opts);
     const char *config_path = path + strlen(RANDOM_PREFIX);
+    if (!config_path[0]) return qlt_fail("model.path '%s' names no config.json: use random:path/to/config.json", path);
     char *text = NULL;
     QLT_TRY(qlt_read_file(config_path, &text, NULL));
     qlt_model_config mc;

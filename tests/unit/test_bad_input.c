@@ -162,6 +162,20 @@ static void expect_cli_error(const char *args, const char *needle1, const char *
     free(out);
 }
 
+/* As expect_cli_error, after the progress lines a run prints before it fails (the model load): exit 1, the
+ * error is one line and the last. */
+static void expect_cli_error_after_progress(const char *args, const char *needle1, const char *needle2) {
+    char *out;
+    int status = test_run_cli(NULL, args, &out);
+    cr_expect_eq(status, 1, "exit status %d: %s", status, out);
+    char *error = strstr(out, "qlora-train: error: ");
+    cr_assert(error, "no error line in: %s", out);
+    cr_expect(strchr(error, '\n') == error + strlen(error) - 1, "one error line, last: %s", out);
+    cr_expect(strstr(error, needle1), "'%s' missing in: %s", needle1, error);
+    if (needle2) cr_expect(strstr(error, needle2), "'%s' missing in: %s", needle2, error);
+    free(out);
+}
+
 Test(bad_input, cli_missing_tensor) {
     char *dir = copy_fixture("tiny-llama");
     /* rewrite the model without one tensor */
@@ -279,6 +293,32 @@ Test(bad_input, cli_adapter_config_bad_values) {
     free(dir);
 }
 
+/* A directory given as a data file (with and without the dataset cache, which hashes the file first) and
+ * "random:" with no config.json after it: one line naming the path ("read error" and ": cannot open" before). */
+Test(bad_input, cli_data_dir_and_empty_random_path) {
+    char *dir = test_tmpdir(), *model = test_fixture_path("tiny-qwen2", NULL);
+    char *tok = test_fixture_path("tok-qwen2style", "tokenizer.json");
+    char *cfg = qlt_path_join(dir, "c.yaml"), *args = NULL;
+    if (asprintf(&args, "train --config %s", cfg) < 0) abort();
+    for (int cache = 0; cache < 2; cache++) {
+        char *text = NULL;
+        if (asprintf(&text, "model: {path: %s, quant: none}\ndata: {train: [%s], cache: %s, tokenizer: %s}\n"
+                     "train: {device: cpu}\noutput: {dir: %s/run}\n", model, dir, cache ? "true" : "false", tok, dir) < 0)
+            abort();
+        test_write_text(cfg, text);
+        expect_cli_error_after_progress(args, dir, "is a directory, expected a file");
+        free(text);
+    }
+    test_write_text(cfg, "model: {path: \"random:\"}\ndata: {train: [x.jsonl]}\ntrain: {device: cpu}\n");
+    expect_cli_error(args, "model.path 'random:' names no config.json", NULL);
+    qlt_remove_tree(dir);
+    free(args);
+    free(cfg);
+    free(tok);
+    free(model);
+    free(dir);
+}
+
 Test(bad_input, cli_config_key_misspelled) {
     char *dir = test_tmpdir();
     char *cfg = qlt_path_join(dir, "c.yaml"), *args = NULL;
@@ -320,16 +360,7 @@ static void expect_train_data_error(const char *format, const char *jsonl, const
         abort();
     test_write_text(cfg, text);
     if (asprintf(&args, "train --config %s", cfg) < 0) abort();
-    char *out;
-    int status = test_run_cli(NULL, args, &out);
-    cr_expect_eq(status, 1, "exit status %d: %s", status, out);
-    /* the progress line of the model load comes first; then the one error line, last */
-    char *error = strstr(out, "qlora-train: error: ");
-    cr_assert(error, "no error line in: %s", out);
-    cr_expect(strchr(error, '\n') == error + strlen(error) - 1, "one error line, last: %s", out);
-    cr_expect(strstr(error, needle1), "'%s' missing in: %s", needle1, error);
-    if (needle2) cr_expect(strstr(error, needle2), "'%s' missing in: %s", needle2, error);
-    free(out);
+    expect_cli_error_after_progress(args, needle1, needle2);
     qlt_remove_tree(dir);
     free(args);
     free(text);

@@ -315,6 +315,20 @@ Test(config, json_with_bom_and_control_whitespace) {
                       ":3: train.lr: expected a number, got 'fast'");
 }
 
+/* A \u0000 in a JSON string used to cut the value silently ("cpu\u0000x" read as cpu); an escaped backslash
+ * before u0000 is two ordinary characters. */
+Test(config, json_nul_escape_is_refused) {
+    expect_load_error("nul.json", "{\n \"train\": {\"device\": \"cpu\\u0000x\"}}\n",
+                      ":2: a string holds \\u0000 (a NUL character), which no key takes: remove it");
+    char path[512];
+    write_file(path, sizeof path, "bs.json", "{\"output\": {\"dir\": \"runs/a\\\\u0000\"}}\n");
+    qlt_config c;
+    qlt_config_defaults(&c);
+    cr_assert_eq(qlt_config_load_file(&c, path), 0, "%s", qlt_error());
+    cr_assert_str_eq(c.output.dir, "runs/a\\u0000");
+    qlt_config_free(&c);
+}
+
 /* ---- errors in files -------------------------------------------------------------------------------- */
 
 Test(config, unknown_key_suggests_nearest) {
