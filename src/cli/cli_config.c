@@ -1,6 +1,8 @@
 /* cli_config.c: see cli_config.h. */
 #include "cli/cli_config.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -36,4 +38,14 @@ int qlt_cli_load_config(int argc, char **argv, int allow_resume, qlt_cli_args *a
         if (strcmp(argv[i], "--set") == 0 || strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--resume") == 0) i++;
     }
     return qlt_config_validate(cfg);
+}
+
+int qlt_cli_parse_int(const char *flag, const char *v, int min, int max, int *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!v[0] || *end || errno || x < min || x > max)
+        return qlt_fail("%s: expected an integer in [%d, %d], got '%s'", flag, min, max, v);
+    *out = (int)x;
+    return 0;
 }

@@ -15,4 +15,8 @@ typedef struct qlt_cli_args {
  * allow_resume: accept --resume. Returns 0, or -1 with qlt_fail (unknown option, bad value, ...). */
 int qlt_cli_load_config(int argc, char **argv, int allow_resume, qlt_cli_args *args, qlt_config *cfg);
 
+/* A command-line flag's integer value in [min, max]: 0, or -1 with "FLAG: expected an integer in [min, max],
+ * got 'V'". */
+int qlt_cli_parse_int(const char *flag, const char *v, int min, int max, int *out);
+
 #endif

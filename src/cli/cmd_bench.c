@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/cli_config.h"
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/rng.h"
@@ -38,14 +39,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int parse_int(const char *flag, const char *v, int *out) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || x < 1 || x > 1 << 24) return qlt_fail("%s: expected a positive integer, got '%s'", flag, v);
-    *out = (int)x;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){.micro_batch = 4, .seq = 2048, .steps = 10, .warmup = 3, .r = 16, .quant = "nf4",
                       .device = "auto", .backward_a = "bf16", .grad_checkpoint = "none"};
@@ -57,11 +50,11 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         if (!v) return qlt_fail("%s needs a value (see qlora-train bench --help)", a);
         i++;
         if (strcmp(a, "--model") == 0) o->model = v;
-        else if (strcmp(a, "--micro-batch") == 0) QLT_TRY(parse_int(a, v, &o->micro_batch));
-        else if (strcmp(a, "--seq") == 0) QLT_TRY(parse_int(a, v, &o->seq));
-        else if (strcmp(a, "--steps") == 0) QLT_TRY(parse_int(a, v, &o->steps));
-        else if (strcmp(a, "--warmup") == 0) QLT_TRY(parse_int(a, v, &o->warmup));
-        else if (strcmp(a, "--r") == 0) QLT_TRY(parse_int(a, v, &o->r));
+        else if (strcmp(a, "--micro-batch") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 24, &o->micro_batch));
+        else if (strcmp(a, "--seq") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 24, &o->seq));
+        else if (strcmp(a, "--steps") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 24, &o->steps));
+        else if (strcmp(a, "--warmup") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 24, &o->warmup));
+        else if (strcmp(a, "--r") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 24, &o->r));
         else if (strcmp(a, "--quant") == 0) o->quant = v;
         else if (strcmp(a, "--device") == 0) o->device = v;
         else if (strcmp(a, "--backward-a") == 0) o->backward_a = v;

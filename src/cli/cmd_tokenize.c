@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/cli_config.h"
 #include "cli/commands.h"
 #include "common/error.h"
 #include "io/jsonl.h"
@@ -195,9 +196,9 @@ int qlt_cmd_tokenize(int argc, char **argv) {
         } else if (i + 1 < argc && strcmp(a, "--bench") == 0) {
             bench_file = argv[++i];
         } else if (i + 1 < argc && strcmp(a, "--threads") == 0) {
-            threads = atoi(argv[++i]);
+            if (qlt_cli_parse_int(a, argv[++i], 0, 4096, &threads) != 0) return qlt_cli_report_error();
         } else if (i + 1 < argc && strcmp(a, "--repeat") == 0) {
-            repeat = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
+            if (qlt_cli_parse_int(a, argv[++i], 1, 1000, &repeat) != 0) return qlt_cli_report_error();
         } else {
             fprintf(stderr, "qlora-train: error: tokenize: unknown or incomplete option '%s'\n", a);
             usage(stderr);

@@ -56,6 +56,10 @@ static int load_model_and_adapter(qlt_trainer *t, qlt_trainer_mode mode) {
         /* the adapter's own shape wins: r, alpha and targets come from its adapter_config.json */
         float file_dropout;
         QLT_TRY(qlt_lora_read_peft_config(init, &r, &alpha, &targets, &rslora, &file_dropout));
+        if (r != cfg->lora.r || alpha != cfg->lora.alpha || targets != cfg->lora.targets || rslora != cfg->lora.rslora)
+            fprintf(stderr, "qlora-train: lora.init_from: the adapter's own r %d, alpha %g, targets and rslora are used; "
+                            "the config's lora.r %d, lora.alpha %g, lora.targets and lora.rslora are not\n",
+                    r, alpha, cfg->lora.r, cfg->lora.alpha);
     } else if (mode == QLT_TRAINER_EVAL) {
         return 0; /* evaluate the base model */
     }

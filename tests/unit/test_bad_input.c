@@ -319,6 +319,38 @@ Test(bad_input, cli_data_dir_and_empty_random_path) {
     free(dir);
 }
 
+/* With lora.init_from the adapter's r / alpha / targets / rslora win; a config that says otherwise is told
+ * so in one notice line, and a matching one is not. */
+Test(bad_input, cli_init_from_overrides_lora_shape_with_a_notice) {
+    char *dir = copy_fixture("tiny-llama"), *cfg = qlt_path_join(dir, "eval.yaml"), *data = qlt_path_join(dir, "none.jsonl");
+    test_write_text(data, "{\"input_ids\": [1, 2, 3, 4, 5, 6, 7, 8]}\n");
+    const char *notice = "lora.init_from: the adapter's own r 4, alpha 8";
+    for (int matching = 0; matching < 2; matching++) {
+        char *extra = NULL, *args = NULL, *out = NULL;
+        if (asprintf(&extra, "lora:\n  init_from: %s/adapter-init\n  r: %d\n  alpha: 8\n", dir, matching ? 4 : 16) < 0)
+            abort();
+        write_eval_config(cfg, dir, extra);
+        if (asprintf(&args, "eval --config %s", cfg) < 0) abort();
+        cr_assert_eq(test_run_cli(NULL, args, &out), 0, "%s", out);
+        if (matching) cr_expect(!strstr(out, notice), "no notice when the config agrees: %s", out);
+        else cr_expect(strstr(out, notice) && strstr(out, "lora.r 16"), "%s", out);
+        free(out);
+        free(args);
+        free(extra);
+    }
+    qlt_remove_tree(dir);
+    free(data);
+    free(cfg);
+    free(dir);
+}
+
+/* Integer flags are checked (tokenize used atoi: "--threads abc" ran with 0 threads = all cores). */
+Test(bad_input, cli_integer_flags_are_checked) {
+    expect_cli_error("tokenize --tokenizer x.json --threads abc", "--threads: expected an integer in [0, 4096]", "'abc'");
+    expect_cli_error("tokenize --tokenizer x.json --repeat 0", "--repeat: expected an integer in [1, 1000]", NULL);
+    expect_cli_error("bench --model x.json --steps 2x", "--steps: expected an integer", "'2x'");
+}
+
 Test(bad_input, cli_config_key_misspelled) {
     char *dir = test_tmpdir();
     char *cfg = qlt_path_join(dir, "c.yaml"), *args = NULL;
