@@ -57,9 +57,8 @@ int qlt_cmd_inspect(int argc, char **argv) {
     for (int f = 0; f < d.n_files; f++) {
         for (int i = 0; i < d.files[f].n_tensors; i++) {
             const qlt_st_tensor *t = &d.files[f].tensors[i];
-            char shape[96] = "";
-            for (int k = 0; k < t->ndim; k++)
-                snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", k ? ", " : "", (long long)t->shape[k]);
+            char shape[96];
+            qlt_st_format_shape(shape, sizeof shape, t->ndim, t->shape);
             printf("  %-60s %-5s [%s]\n", t->name, qlt_dtype_name(t->dtype), shape);
             bytes_by_dtype[t->dtype] += (int64_t)t->nbytes;
             count_by_dtype[t->dtype]++;

@@ -146,11 +146,9 @@ char *qlt_bnb_quant_state_json(const qlt_nf4 *q, const int64_t *shape, int ndim,
     const char *dt = torch_dtype_name(orig_dtype);
     QLT_ASSERT(dt);
     char shp[256];
-    int o = snprintf(shp, sizeof shp, "[");
-    for (int i = 0; i < ndim; i++) o += snprintf(shp + o, sizeof shp - (size_t)o, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    snprintf(shp + o, sizeof shp - (size_t)o, "]");
+    qlt_st_format_shape(shp, sizeof shp, ndim, shape);
     char *json = qlt_xmalloc(1024);
-    int n = snprintf(json, 1024, "{\"quant_type\": \"nf4\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": %s",
+    int n = snprintf(json, 1024, "{\"quant_type\": \"nf4\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": [%s]",
                      q->blocksize, dt, shp);
     if (q->double_quant) {
         char off[64];
@@ -205,13 +203,11 @@ static int need(const qlt_st_dir *d, const char *module, const char *suffix, qlt
     int want_ndim = dim1 >= 0 ? 2 : 1;
     if (t->ndim != want_ndim || t->shape[0] != dim0 || (dim1 >= 0 && t->shape[1] != dim1)) {
         char got[128];
-        int o = snprintf(got, sizeof got, "[");
-        for (int i = 0; i < t->ndim; i++) o += snprintf(got + o, sizeof got - (size_t)o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-        snprintf(got + o, sizeof got - (size_t)o, "]");
+        qlt_st_format_shape(got, sizeof got, t->ndim, t->shape);
         if (dim1 >= 0)
-            return qlt_fail("%s: tensor '%s' has shape %s, expected [%lld, %lld] for its quant_state", out->file, name,
+            return qlt_fail("%s: tensor '%s' has shape [%s], expected [%lld, %lld] for its quant_state", out->file, name,
                             got, (long long)dim0, (long long)dim1);
-        return qlt_fail("%s: tensor '%s' has shape %s, expected [%lld] for its quant_state", out->file, name, got,
+        return qlt_fail("%s: tensor '%s' has shape [%s], expected [%lld] for its quant_state", out->file, name, got,
                         (long long)dim0);
     }
     return 0;

@@ -414,3 +414,8 @@ void qlt_st_writer_free(qlt_st_writer *w) {
     free(w->metadata_json);
     memset(w, 0, sizeof *w);
 }
+
+void qlt_st_format_shape(char *buf, size_t size, int ndim, const int64_t *shape) {
+    buf[0] = '\0';
+    for (int i = 0; i < ndim; i++) snprintf(buf + strlen(buf), size - strlen(buf), "%s%lld", i ? ", " : "", (long long)shape[i]);
+}

@@ -38,6 +38,8 @@ int qlt_st_open(qlt_st_file *f, const char *path);
 void qlt_st_close(qlt_st_file *f);
 /* NULL when absent. */
 const qlt_st_tensor *qlt_st_find(const qlt_st_file *f, const char *name);
+/* "a, b, c": a shape's dims, for messages and JSON (NUL-terminated, cut to size). */
+void qlt_st_format_shape(char *buf, size_t size, int ndim, const int64_t *shape);
 /* Copies a float tensor (F32/F16/BF16/F64) into float32 dst (numel elements). */
 void qlt_st_read_f32(const qlt_st_tensor *t, float *dst);
 

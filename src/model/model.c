@@ -16,12 +16,6 @@ static const char *proj_names[QLT_PROJ_COUNT] = {"q_proj", "k_proj", "v_proj", "
 const char *qlt_proj_name(qlt_proj p) { return proj_names[p]; }
 const char *qlt_proj_parent(qlt_proj p) { return p <= QLT_PROJ_O ? "self_attn" : "mlp"; }
 
-/* "a, b, c": the dims of a shape, for messages */
-static void format_dims(char *buf, size_t size, int ndim, const int64_t *shape) {
-    buf[0] = '\0';
-    for (int i = 0; i < ndim; i++) snprintf(buf + strlen(buf), size - strlen(buf), "%s%lld", i ? ", " : "", (long long)shape[i]);
-}
-
 static int find_tensor(const qlt_st_dir *d, const char *dir, const char *name, int ndim, const int64_t *shape,
                        const qlt_st_tensor **out) {
     const qlt_st_tensor *t = qlt_st_dir_find(d, name);
@@ -32,8 +26,8 @@ static int find_tensor(const qlt_st_dir *d, const char *dir, const char *name, i
     for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
     if (!ok) {
         char want[64], got[64];
-        format_dims(want, sizeof want, ndim, shape);
-        format_dims(got, sizeof got, t->ndim, t->shape);
+        qlt_st_format_shape(want, sizeof want, ndim, shape);
+        qlt_st_format_shape(got, sizeof got, t->ndim, t->shape);
         return qlt_fail("%s: tensor '%s' has shape [%s]; config.json implies [%s]", dir, name, got, want);
     }
     *out = t;
@@ -76,7 +70,7 @@ static int load_prequantized(qlt_model *m, const qlt_st_dir *d, const char *dir,
     if (qlt_bnb_read_module(d, module, &q, shape, &ndim, &orig) != 0) return qlt_fail_context("%s", dir);
     if (ndim != 2 || shape[0] != rows || shape[1] != cols) {
         char got[64];
-        format_dims(got, sizeof got, ndim, shape);
+        qlt_st_format_shape(got, sizeof got, ndim, shape);
         qlt_nf4_free_host(&q);
         return qlt_fail("%s: quantized module '%s' has shape [%s]; config.json implies [%lld, %lld]", dir, module, got,
                         (long long)rows, (long long)cols);
