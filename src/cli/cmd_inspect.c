@@ -1,6 +1,7 @@
-/* cmd_inspect.c: `qlora-train inspect MODEL_DIR`: architecture, parameter counts, every tensor, bytes per
- * dtype, and what the frozen base takes in NF4 (with and without double quantization). Reads headers
- * only (the files are mmapped, never loaded). */
+/* cmd_inspect.c: `qlora-train inspect MODEL_DIR [--check]`: architecture, parameter counts, every tensor,
+ * bytes per dtype, and what the frozen base takes in NF4 (with and without double quantization). Reads
+ * headers only (the files are mmapped, never loaded); --check also reads every floating-point value and
+ * names the tensors holding NaN or infinity (a checkpoint saved from a diverged run trains to a NaN loss). */
 #include <stdio.h>
 #include <string.h>
 
@@ -28,13 +29,53 @@ static int linear_part(const qlt_st_tensor *t) {
 
 static double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
-int qlt_cmd_inspect(int argc, char **argv) {
-    if (argc != 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        printf("usage: qlora-train inspect MODEL_DIR\n\nPrints the architecture, parameter counts, tensors, bytes "
-               "per dtype and the NF4 footprint of a Hugging Face model directory.\n");
-        return argc == 2 ? 0 : 2;
+/* --check: every floating-point value of the directory's tensors; 0 when all are finite */
+static int check_values(const qlt_st_dir *d) {
+    int64_t n_float = 0, n_bad = 0;
+    for (int f = 0; f < d->n_files; f++) {
+        for (int i = 0; i < d->files[f].n_tensors; i++) {
+            const qlt_st_tensor *t = &d->files[f].tensors[i];
+            if (!qlt_dtype_is_float(t->dtype)) continue;
+            n_float++;
+            int64_t nan, inf, first;
+            qlt_st_count_nonfinite(t, &nan, &inf, &first);
+            if (nan + inf == 0) continue;
+            n_bad++;
+            printf("check: %s: %lld NaN, %lld infinite (first at element %lld of %lld)\n", t->name, (long long)nan,
+                   (long long)inf, (long long)first, (long long)t->numel);
+        }
     }
-    const char *dir = argv[1];
+    if (n_bad)
+        return qlt_fail("inspect --check: %lld of %lld floating-point tensors hold NaN or infinite values (listed "
+                        "above): training from this checkpoint gives a NaN loss; use an intact copy",
+                        (long long)n_bad, (long long)n_float);
+    printf("check: every value of the %lld floating-point tensors is finite\n", (long long)n_float);
+    return 0;
+}
+
+int qlt_cmd_inspect(int argc, char **argv) {
+    int check = 0;
+    const char *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: qlora-train inspect MODEL_DIR [--check]\n\nPrints the architecture, parameter counts, "
+                   "tensors, bytes per dtype and the NF4 footprint of a Hugging Face model directory.\n"
+                   "  --check   also read every floating-point value and name the tensors holding NaN or infinity "
+                   "(exit status 1 if any)\n");
+            return 0;
+        }
+        if (strcmp(argv[i], "--check") == 0) check = 1;
+        else if (!dir && argv[i][0] != '-') dir = argv[i];
+        else {
+            fprintf(stderr, "qlora-train: error: inspect: unexpected argument '%s' (usage: qlora-train inspect "
+                            "MODEL_DIR [--check])\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "usage: qlora-train inspect MODEL_DIR [--check]\n");
+        return 2;
+    }
     qlt_model_config mc;
     if (qlt_model_config_load(&mc, dir) != 0) return qlt_cli_report_error();
     printf("model: %s\n", dir);
@@ -87,14 +128,15 @@ int qlt_cmd_inspect(int argc, char **argv) {
         printf("linear layers: %lld bytes (%.3f GiB) as stored, already NF4 (a bitsandbytes 4-bit checkpoint; with "
                "their quantization state); the whole model loads as stored\n",
                (long long)linear_bytes, gib((double)linear_bytes));
-        qlt_st_dir_close(&d);
-        return 0;
+    } else {
+        printf("linear layers: %lld bytes (%.3f GiB) as stored\n", (long long)linear_bytes, gib((double)linear_bytes));
+        printf("NF4 (block 64) whole model: %lld bytes (%.3f GiB); with double quantization: %lld bytes (%.3f GiB)\n",
+               (long long)nf4_bytes, gib((double)nf4_bytes), (long long)nf4_dq_bytes, gib((double)nf4_dq_bytes));
+        printf("NF4 + double quant, linear layers only: %lld bytes (%.3f GiB)\n",
+               (long long)(nf4_dq_bytes - (total_bytes - linear_bytes)),
+               gib((double)(nf4_dq_bytes - (total_bytes - linear_bytes))));
     }
-    printf("linear layers: %lld bytes (%.3f GiB) as stored\n", (long long)linear_bytes, gib((double)linear_bytes));
-    printf("NF4 (block 64) whole model: %lld bytes (%.3f GiB); with double quantization: %lld bytes (%.3f GiB)\n",
-           (long long)nf4_bytes, gib((double)nf4_bytes), (long long)nf4_dq_bytes, gib((double)nf4_dq_bytes));
-    printf("NF4 + double quant, linear layers only: %lld bytes (%.3f GiB)\n",
-           (long long)(nf4_dq_bytes - (total_bytes - linear_bytes)), gib((double)(nf4_dq_bytes - (total_bytes - linear_bytes))));
+    int rc = check ? check_values(&d) : 0;
     qlt_st_dir_close(&d);
-    return 0;
+    return rc != 0 ? qlt_cli_report_error() : 0;
 }

@@ -218,6 +218,30 @@ void qlt_st_read_f32(const qlt_st_tensor *t, float *dst) {
     qlt_convert_to_f32(dst, t->data, t->dtype, (size_t)t->numel);
 }
 
+/* value i's bits: all-ones exponent is NaN (mantissa != 0) or infinity (mantissa 0) */
+#define COUNT_NONFINITE(type, exp_mask, man_mask)                      \
+    for (int64_t i = 0; i < t->numel; i++) {                           \
+        type bits;                                                     \
+        memcpy(&bits, (const char *)t->data + i * sizeof bits, sizeof bits); \
+        if ((bits & (exp_mask)) != (exp_mask)) continue;               \
+        if (bits & (man_mask)) (*nan)++;                               \
+        else (*inf)++;                                                 \
+        if (*first < 0) *first = i;                                    \
+    }
+
+void qlt_st_count_nonfinite(const qlt_st_tensor *t, int64_t *nan, int64_t *inf, int64_t *first) {
+    *nan = *inf = 0;
+    *first = -1;
+    switch (t->dtype) {
+    case QLT_DTYPE_F32: COUNT_NONFINITE(uint32_t, 0x7f800000u, 0x007fffffu); break;
+    case QLT_DTYPE_F16: COUNT_NONFINITE(uint16_t, 0x7c00u, 0x03ffu); break;
+    case QLT_DTYPE_BF16: COUNT_NONFINITE(uint16_t, 0x7f80u, 0x007fu); break;
+    case QLT_DTYPE_F64: COUNT_NONFINITE(uint64_t, 0x7ff0000000000000ull, 0x000fffffffffffffull); break;
+    default: break;
+    }
+}
+#undef COUNT_NONFINITE
+
 /* ---- model directories ---- */
 
 static int dir_add_file(qlt_st_dir *d, const char *path) {

@@ -42,6 +42,9 @@ const qlt_st_tensor *qlt_st_find(const qlt_st_file *f, const char *name);
 void qlt_st_format_shape(char *buf, size_t size, int ndim, const int64_t *shape);
 /* Copies a float tensor (F32/F16/BF16/F64) into float32 dst (numel elements). */
 void qlt_st_read_f32(const qlt_st_tensor *t, float *dst);
+/* Counts a float tensor's NaN and infinite values (0 for other dtypes); *first: the index of the first
+ * non-finite value, or -1. Reads the mapped data once (exponent bits, no conversion). */
+void qlt_st_count_nonfinite(const qlt_st_tensor *t, int64_t *nan, int64_t *inf, int64_t *first);
 
 /* A model directory: one model.safetensors, or shards listed by model.safetensors.index.json
  * (or, with neither, every *.safetensors file in the directory). */

@@ -341,6 +341,12 @@ static int fill_metrics(qlt_step_metrics *out, const qlt_optim_scalars *s, const
     out->loss = rec->counted > 0 ? s->loss_sum / (double)rec->counted : 0.0;
     out->grad_norm = sqrt((double)s->grad_norm_sq);
     out->valid = 1;
+    /* step 1 runs before any update (a fresh adapter adds 0): a non-finite loss there is the model's, or
+     * lora.init_from's adapter's, not the learning rate's */
+    if (!isfinite(out->loss) && out->step == 1)
+        return qlt_fail("step 1: the loss is %g before any update: the model (or the lora.init_from adapter) gives "
+                        "non-finite values; `qlora-train inspect MODEL_DIR --check` names tensors holding NaN or "
+                        "infinity", out->loss);
     if (!isfinite(out->loss))
         return qlt_fail("step %lld: the loss is %g (diverged): lower train.lr or set train.max_grad_norm",
                         (long long)out->step, out->loss);

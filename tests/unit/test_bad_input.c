@@ -2,6 +2,7 @@
  * non-zero exit, and no crash (these run the AddressSanitizer build of the CLI in CI). */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,16 +380,17 @@ Test(bad_input, cli_config_wrong_type) {
     free(dir);
 }
 
-/* Runs `qlora-train train` on tiny-qwen2 (with the tok-qwen2style tokenizer) over data written as `jsonl` in
- * `format`; expects exit status 1 and, after the progress lines, one error line holding both needles. */
-static void expect_train_data_error(const char *format, const char *jsonl, const char *needle1, const char *needle2) {
-    char *dir = test_tmpdir(), *model = test_fixture_path("tiny-qwen2", NULL);
-    char *tok = test_fixture_path("tok-qwen2style", "tokenizer.json");
+/* Runs `qlora-train train` on the model in model_dir (with the tok-qwen2style tokenizer) over data written as
+ * `jsonl` in `format`; expects exit status 1 and, after the progress lines, one error line holding both
+ * needles. */
+static void expect_train_error_on(const char *model_dir, const char *format, const char *jsonl, const char *needle1,
+                                  const char *needle2) {
+    char *dir = test_tmpdir(), *tok = test_fixture_path("tok-qwen2style", "tokenizer.json");
     char *data = qlt_path_join(dir, "data.jsonl"), *cfg = qlt_path_join(dir, "c.yaml"), *text = NULL, *args = NULL;
     test_write_text(data, jsonl);
     if (asprintf(&text, "model: {path: %s, quant: none}\ndata: {train: [%s], format: %s, seq_len: 8, cache: false, "
                  "tokenizer: %s}\ntrain: {device: cpu, max_steps: 1}\noutput: {dir: %s/run}\n",
-                 model, data, format, tok, dir) < 0)
+                 model_dir, data, format, tok, dir) < 0)
         abort();
     test_write_text(cfg, text);
     if (asprintf(&args, "train --config %s", cfg) < 0) abort();
@@ -399,8 +401,14 @@ static void expect_train_data_error(const char *format, const char *jsonl, const
     free(cfg);
     free(data);
     free(tok);
-    free(model);
     free(dir);
+}
+
+/* expect_train_error_on the tiny-qwen2 fixture */
+static void expect_train_data_error(const char *format, const char *jsonl, const char *needle1, const char *needle2) {
+    char *model = test_fixture_path("tiny-qwen2", NULL);
+    expect_train_error_on(model, format, jsonl, needle1, needle2);
+    free(model);
 }
 
 /* Training data where no token has a label (labels all -100, or prompts that fill data.seq_len) trained
@@ -421,6 +429,62 @@ Test(bad_input, cli_chat_message_not_an_object) {
 
 /* A bitsandbytes module whose quant_state has three dims is reported with all three (the message said
  * "[96, 256]; config.json implies [96, 256]"). */
+/* A checkpoint holding NaN / infinity (saved from a diverged run): `inspect --check` names each such tensor
+ * and fails; training from it stops at step 1 saying the model, not the learning rate, is the cause (it used
+ * to say "diverged: lower train.lr"). The intact fixture passes the check. */
+Test(bad_input, cli_nonfinite_weights_named_by_inspect_check_and_at_step_1) {
+    char *dir = copy_fixture("tiny-qwen2"), *args = NULL, *out = NULL;
+    char *path = qlt_path_join(dir, "model.safetensors");
+    qlt_st_file f;
+    cr_assert_eq(qlt_st_open(&f, path), 0);
+    qlt_st_writer w;
+    qlt_st_writer_init(&w);
+    float *edited[2] = {NULL, NULL};
+    for (int i = 0; i < f.n_tensors; i++) {
+        const qlt_st_tensor *t = &f.tensors[i];
+        const int which = strcmp(t->name, "model.layers.1.mlp.up_proj.weight") == 0 ? 0
+                          : strcmp(t->name, "model.norm.weight") == 0               ? 1
+                                                                                     : -1;
+        if (which < 0) {
+            qlt_st_writer_add(&w, t->name, t->dtype, t->ndim, t->shape, t->data);
+            continue;
+        }
+        cr_assert_eq(t->dtype, QLT_DTYPE_F32);
+        edited[which] = malloc(t->nbytes);
+        memcpy(edited[which], t->data, t->nbytes);
+        if (which == 0) edited[0][5] = NAN, edited[0][9] = NAN;
+        else edited[1][0] = -INFINITY;
+        qlt_st_writer_add(&w, t->name, t->dtype, t->ndim, t->shape, edited[which]);
+    }
+    qlt_st_close(&f);
+    cr_assert_eq(qlt_st_writer_write(&w, path), 0);
+    qlt_st_writer_free(&w);
+    free(edited[0]);
+    free(edited[1]);
+
+    if (asprintf(&args, "inspect %s --check", dir) < 0) abort();
+    cr_expect_eq(test_run_cli(NULL, args, &out), 1, "%s", out);
+    cr_expect(strstr(out, "check: model.layers.1.mlp.up_proj.weight: 2 NaN, 0 infinite (first at element 5 of"), "%s", out);
+    cr_expect(strstr(out, "check: model.norm.weight: 0 NaN, 1 infinite (first at element 0 of"), "%s", out);
+    cr_expect(strstr(out, "qlora-train: error: inspect --check: 2 of "), "%s", out);
+    free(args);
+    free(out);
+
+    char *model = test_fixture_path("tiny-qwen2", NULL);
+    if (asprintf(&args, "inspect %s --check", model) < 0) abort();
+    cr_expect_eq(test_run_cli(NULL, args, &out), 0, "%s", out);
+    cr_expect(strstr(out, "check: every value of the "), "%s", out);
+    free(args);
+    free(out);
+
+    expect_train_error_on(dir, "tokens", "{\"input_ids\": [1, 2, 3, 4, 5, 6, 7, 8]}\n",
+                          "step 1: the loss is nan before any update", "inspect MODEL_DIR --check");
+    qlt_remove_tree(dir);
+    free(model);
+    free(path);
+    free(dir);
+}
+
 Test(bad_input, cli_quantized_module_shape_names_every_dim) {
     char *dir = test_tmpdir(), *src = test_fixture_path("tiny-llama", NULL), *args = NULL, *out = NULL;
     char *q = qlt_path_join(dir, "q");
