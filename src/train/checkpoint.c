@@ -205,8 +205,9 @@ static int cmp_ckpt(const void *a, const void *b) {
     return x->step < y->step ? -1 : x->step > y->step;
 }
 
-/* Complete checkpoints of output_dir, sorted by step. */
-static int list_checkpoints(const char *output_dir, ckpt_entry **out) {
+/* The checkpoint-<step> directories of output_dir, sorted by step: the complete ones (trainer_state.json
+ * written) only, or every one when !complete_only. */
+static int list_checkpoints(const char *output_dir, int complete_only, ckpt_entry **out) {
     *out = NULL;
     DIR *d = opendir(output_dir);
     if (!d) return 0;
@@ -217,7 +218,7 @@ static int list_checkpoints(const char *output_dir, ckpt_entry **out) {
         if (step < 0) continue;
         char *path = qlt_path_join(output_dir, e->d_name);
         char *state = qlt_path_join(path, "trainer_state.json");
-        if (qlt_file_exists(state)) {
+        if (complete_only ? qlt_file_exists(state) : qlt_dir_exists(path)) {
             *out = qlt_xrealloc(*out, sizeof **out * (size_t)(n + 1));
             (*out)[n].step = step;
             (*out)[n].path = path;
@@ -234,7 +235,7 @@ static int list_checkpoints(const char *output_dir, ckpt_entry **out) {
 
 char *qlt_checkpoint_find_latest(const char *output_dir) {
     ckpt_entry *list;
-    int n = list_checkpoints(output_dir, &list);
+    int n = list_checkpoints(output_dir, 1, &list);
     char *latest = n ? list[n - 1].path : NULL;
     for (int i = 0; i + 1 < n; i++) free(list[i].path);
     free(list);
@@ -242,26 +243,19 @@ char *qlt_checkpoint_find_latest(const char *output_dir) {
 }
 
 int qlt_checkpoint_claim_output(const char *output_dir, int overwrite) {
-    DIR *d = opendir(output_dir);
-    if (!d) return 0; /* nothing there yet */
-    char **found = NULL;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (checkpoint_step(e->d_name) < 0 && strcmp(e->d_name, "final") != 0) continue;
-        char *path = qlt_path_join(output_dir, e->d_name);
-        if (qlt_dir_exists(path)) {
-            found = qlt_xrealloc(found, sizeof *found * (size_t)(n + 1));
-            found[n++] = path;
-        } else {
-            free(path);
-        }
+    ckpt_entry *found;
+    int n = list_checkpoints(output_dir, 0, &found); /* complete or not: both would be mixed with this run's */
+    char *final_dir = qlt_path_join(output_dir, "final");
+    if (qlt_dir_exists(final_dir)) {
+        found = qlt_xrealloc(found, sizeof *found * (size_t)(n + 1));
+        found[n++] = (ckpt_entry){INT64_MAX, final_dir};
+    } else {
+        free(final_dir);
     }
-    closedir(d);
     int rc = 0;
     if (n > 0 && !overwrite) {
         char *latest = qlt_checkpoint_find_latest(output_dir);
-        const char *name = strrchr(found[0], '/') ? strrchr(found[0], '/') + 1 : found[0];
+        const char *name = strrchr(found[0].path, '/') ? strrchr(found[0].path, '/') + 1 : found[0].path;
         rc = qlt_fail("output.dir %s holds an earlier run (%s%s): %s--set output.overwrite=true deletes it, or set "
                       "another output.dir", output_dir, name, n > 1 ? " and more" : "",
                       latest ? "--resume auto continues it, " : "");
@@ -269,10 +263,10 @@ int qlt_checkpoint_claim_output(const char *output_dir, int overwrite) {
     }
     for (int i = 0; i < n; i++) {
         if (rc == 0) {
-            fprintf(stderr, "qlora-train: output.overwrite: deleting %s\n", found[i]);
-            rc = qlt_remove_tree(found[i]);
+            fprintf(stderr, "qlora-train: output.overwrite: deleting %s\n", found[i].path);
+            rc = qlt_remove_tree(found[i].path);
         }
-        free(found[i]);
+        free(found[i].path);
     }
     free(found);
     return rc;
@@ -281,7 +275,7 @@ int qlt_checkpoint_claim_output(const char *output_dir, int overwrite) {
 int qlt_checkpoint_prune(const char *output_dir, int keep_last) {
     if (keep_last <= 0) return 0;
     ckpt_entry *list;
-    int n = list_checkpoints(output_dir, &list);
+    int n = list_checkpoints(output_dir, 1, &list);
     int rc = 0;
     for (int i = 0; i < n; i++) {
         if (i < n - keep_last && rc == 0) rc = qlt_remove_tree(list[i].path);
