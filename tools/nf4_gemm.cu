@@ -60,26 +60,32 @@ struct ng_params {
     float beta;
 };
 
+/* The producer's global reads go through cp.async into a staging ring (STAGE_AHEAD k tiles deep), not into
+ * registers: the proxy fence each k tile needs before its arrive would otherwise wait for every load still in
+ * flight, which serialized the prefetch (measured). A slot holds, per unit and thread, the block's 32 code
+ * bytes (two 16-byte halves, each half an array over the 128 threads so a warp's reads are contiguous), the
+ * 4-byte word holding its 8-bit scale code (nested) or its fp32 scale, and its group's nested scale. */
+#define NG_STAGE_AHEAD 3
+#define NG_SLOT_UNIT_BYTES (128 * 40)
+
 template <int BN, bool BWD> struct ng_cfg {
     static constexpr int STAGES = BN == 256 ? 4 : 6;
     static constexpr int A_BYTES = NG_BM * NG_BK * 2;
     static constexpr int B_BYTES = BN * NG_BK * 2;
     static constexpr int STAGE = A_BYTES + B_BYTES;
-    static constexpr int UNITS = BN / 128; /* quantization blocks of a row (bwd) / rows (fwd) a k tile, per 128 */
-    /* one producer warpgroup: two (512 threads) leave 128 registers at launch, and ptxas compiles the
-     * consumers' m64n256 wgmma (128 accumulators) within the launch count, not setmaxnreg's (it needs 154) */
-    static constexpr int NPROD = 1;
-    static constexpr int UPT = UNITS / NPROD; /* units a producer thread dequantizes a k tile */
-    static constexpr int THREADS = 128 * (NPROD + 2);
-    /* registers: the launch gives each thread LAUNCH_REGS; producers give back down to PROD_REGS, consumers
-     * (128 accumulators for BN 256) take up to CONS_REGS, within what the producers returned */
-    static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8 > 168 ? 168 : (65536 / THREADS) / 8 * 8;
+    static constexpr int UNITS = BN / 128; /* quantization blocks a producer thread dequantizes a k tile */
+    /* one producer warpgroup and two consumers: a second producer (512 threads) leaves 128 registers at
+     * launch, and ptxas compiles the consumers' m64n256 wgmma (128 accumulators) within the launch count, not
+     * setmaxnreg's (it needs 154) */
+    static constexpr int THREADS = 384, LAUNCH_REGS = 168;
+    /* producers give back down to PROD_REGS, consumers (128 accumulators for BN 256) take up to CONS_REGS,
+     * within what the producers returned */
     static constexpr int PROD_REGS = 96, CONS_REGS = 200;
-    static_assert(BN == 128 || NPROD * 128 * (LAUNCH_REGS - PROD_REGS) >= 256 * (CONS_REGS - LAUNCH_REGS),
+    static_assert(BN == 128 || 128 * (LAUNCH_REGS - PROD_REGS) >= 256 * (CONS_REGS - LAUNCH_REGS),
                   "setmaxnreg.inc would wait forever for registers the producers never free");
     static constexpr int TABLES = QLT_NF4_GEMM_MAX_PARTS * (16 + 256) * 4;
-    static constexpr int SLOT = UNITS * 128 * 40; /* NG_SLOT_UNIT_BYTES a unit */
-    static constexpr int STAGING = 3 * SLOT;      /* NG_STAGE_AHEAD slots */
+    static constexpr int SLOT = UNITS * NG_SLOT_UNIT_BYTES;
+    static constexpr int STAGING = NG_STAGE_AHEAD * SLOT;
     static constexpr int SMEM = 1024 + STAGES * STAGE + STAGING + 2 * STAGES * 8 + TABLES;
 };
 
@@ -119,14 +125,6 @@ static __device__ __forceinline__ float ng_mul_ftz(float a, float b) {
     asm("mul.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
     return r;
 }
-
-/* The producer's global reads go through cp.async into a staging ring (STAGE_AHEAD k tiles deep), not into
- * registers: the proxy fence each k tile needs before its arrive would otherwise wait for every load still in
- * flight, which serialized the prefetch (measured). A slot holds, per unit and thread, the block's 32 code
- * bytes (two 16-byte halves, each half an array over the 128 threads so a warp's reads are contiguous), the
- * 4-byte word holding its 8-bit scale code (nested) or its fp32 scale, and its group's nested scale. */
-#define NG_STAGE_AHEAD 3
-#define NG_SLOT_UNIT_BYTES (128 * 40)
 
 static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
@@ -248,28 +246,22 @@ static __device__ __forceinline__ ng_block unit_block(const ng_params &p, int ti
     return block_at(p, row, col);
 }
 
-/* producer thread pid (0 .. 128 NPROD - 1) owns units (pid / 128) UPT + u (u < UPT) of the tile as thread
- * pid % 128 */
+/* producer thread t (0..127) owns units i (i < UNITS) of the tile */
 template <int BN, bool BWD>
-static __device__ __forceinline__ void producer_fetch(const ng_params &p, int pid, int64_t n0, int kt, uint32_t slot) {
-    constexpr int UPT = ng_cfg<BN, BWD>::UPT;
-    const int t = pid & 127;
+static __device__ __forceinline__ void producer_fetch(const ng_params &p, int t, int64_t n0, int kt, uint32_t slot) {
 #pragma unroll
-    for (int u = 0; u < UPT; u++) {
-        const int i = (pid >> 7) * UPT + u;
+    for (int i = 0; i < BN / 128; i++) {
         const ng_block b = unit_block<BN, BWD>(p, t, n0, kt, i);
         if (b.part >= 0) unit_fetch(slot + i * NG_SLOT_UNIT_BYTES, t, p, b);
     }
 }
 
 template <int BN, bool BWD>
-static __device__ __forceinline__ void producer_store(const ng_params &p, int pid, int64_t n0, int kt, uint32_t slot,
+static __device__ __forceinline__ void producer_store(const ng_params &p, int t, int64_t n0, int kt, uint32_t slot,
                                                       uint32_t b_tile, const float *cb_s, const float *ncode_s) {
-    constexpr int UNITS = BN / 128, UPT = ng_cfg<BN, BWD>::UPT;
-    const int t = pid & 127;
+    constexpr int UNITS = BN / 128;
 #pragma unroll
-    for (int u = 0; u < UPT; u++) {
-        const int i = (pid >> 7) * UPT + u;
+    for (int i = 0; i < UNITS; i++) {
         const ng_block b = unit_block<BN, BWD>(p, t, n0, kt, i);
         const uint32_t us = slot + i * NG_SLOT_UNIT_BYTES;
         if (!BWD) {
@@ -316,14 +308,14 @@ static __global__ void __launch_bounds__(ng_cfg<BN, BWD>::THREADS, 1) nf4_gemm_k
         for (int i = tid; i < p.nparts * 256; i += cfg::THREADS) ncode_s[i] = p.part[i >> 8].nested_code[i & 255];
     if (tid == 0) {
         for (int s = 0; s < cfg::STAGES; s++) {
-            mbar_init(bars + 8 * s, 128 * cfg::NPROD + 1);
+            mbar_init(bars + 8 * s, 129);
             mbar_init(bars + 8 * (cfg::STAGES + s), 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
-    if (wg < cfg::NPROD) {
+    if (wg == 0) {
         if constexpr (BN == 256) regs_dec<cfg::PROD_REGS>();
 #pragma unroll
         for (int d = 0; d < NG_STAGE_AHEAD - 1; d++) {
@@ -351,7 +343,7 @@ static __global__ void __launch_bounds__(ng_cfg<BN, BWD>::THREADS, 1) nf4_gemm_k
         if constexpr (BN == 256) regs_inc<cfg::CONS_REGS>();
         float acc[BN / 2]; /* not zeroed: the first wgmma runs with scale_d 0 (zeroing them here would make ptxas
                             * serialize the wgmmas) */
-        const uint32_t a_rows = (uint32_t)(wg - cfg::NPROD) * 64 * 128;
+        const uint32_t a_rows = (uint32_t)(wg - 1) * 64 * 128;
         for (int kt = 0; kt < ktiles; kt++) {
             const int s = kt % cfg::STAGES;
             mbar_wait(bars + 8 * s, (uint32_t)(kt / cfg::STAGES) & 1u);
@@ -372,7 +364,7 @@ static __global__ void __launch_bounds__(ng_cfg<BN, BWD>::THREADS, 1) nf4_gemm_k
         reg_fence(acc, BN / 2);
         /* epilogue: accumulator (row 16 w + g (+8), columns 8 j + 2 t, +1) of this warpgroup's 64 rows */
         const int w = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
-        const int64_t row_a = m0 + (wg - cfg::NPROD) * 64 + 16 * w + g;
+        const int64_t row_a = m0 + (wg - 1) * 64 + 16 * w + g;
 #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
             const int64_t col = n0 + 8 * j + 2 * t;
