@@ -3,7 +3,8 @@
 # GPU-machine run needs into carry/ (ignored by git; named in the device call's `carry`):
 #   carry/bin/     qlora-train, qlt_gpu_check and the shared libraries the GPU machine lacks (rpath $ORIGIN),
 #                  libkernel_trace.so (tools/kernel_trace.c) with the CUPTI it was built against, and
-#                  gemm_probe (tools/gemm_probe.cu) and nf4_gemm_probe (tools/nf4_gemm_probe.cu)
+#                  gemm_probe (tools/gemm_probe.cu), gemm_beta_probe (tools/gemm_beta_probe.cu) and
+#                  nf4_gemm_probe (tools/nf4_gemm_probe.cu)
 #   carry/models/  config.json of the real models of ../shared/models (random-weight benchmarks)
 #   carry/assets/  with --assets: sotu.jsonl and the real Qwen3 / Llama-3 tokenizers (tokenizer benchmark)
 #   .whl/          with --bnb: the bitsandbytes 0.49.2 wheel from PyPI, slimmed to its CUDA 13.0 library (the GPU
@@ -30,6 +31,8 @@ fi
 nvcc=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
 "$nvcc" -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a tools/gemm_probe.cu -lcublasLt -lcublas \
   -o carry/bin/gemm_probe
+# what reading a GEMM's output costs (tools/gemm_beta_probe.cu): beta 0 / 1, the adapters' products, the k/v fold
+"$nvcc" -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a tools/gemm_beta_probe.cu -lcublas -o carry/bin/gemm_beta_probe
 # the NF4-dequantizing GEMM (tools/nf4_gemm.cu, an experiment the trainer does not use) against dequantize + cuBLAS
 # (tools/nf4_gemm_probe.cu), linked with the release's library
 "$nvcc" -O2 -std=c++17 -Isrc -gencode arch=compute_90a,code=sm_90a tools/nf4_gemm_probe.cu tools/nf4_gemm.cu build/libqlt.a -lcublasLt \

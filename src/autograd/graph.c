@@ -212,21 +212,28 @@ void qlt_ag_linear_group(qlt_graph *g, int x, int k, const qlt_weight *const *w,
     }
     int has_lora = node->u.linear.n_lora > 0, x_grad = g->values[x].needs_grad;
     int nl = node->u.linear.n_lora;
-    if (stacked && k > 1 && nl == k && node->u.linear.lora[0].dropout == 0 && be->linear_lora_fwd) {
-        /* every weight of the stack has an adapter: the backend folds them into the one GEMM */
+    if (nl == k && node->u.linear.lora[0].dropout == 0 && be->linear_lora_fwd) {
+        /* every weight has an adapter: the backend runs the group with its adapters in one op */
         const qlt_lora_ref *l0 = &node->u.linear.lora[0];
-        outs[0] = qlt_graph_value(g, NULL, n * rows, 1);
-        node->u.linear.outs[0] = node->out = outs[0];
+        if (stacked) {
+            outs[0] = qlt_graph_value(g, NULL, n * rows, 1);
+            node->u.linear.outs[0] = outs[0];
+        } else {
+            for (int i = 0; i < k; i++) outs[i] = node->u.linear.outs[i] = qlt_graph_value(g, NULL, n * w[i]->rows, 1);
+        }
+        node->out = outs[0];
         node->u.linear.u = qlt_graph_alloc(g, sizeof(float) * (size_t)(n * nl * l0->r));
         qlt_lora_site sites[QLT_STACK_MAX];
         for (int j = 0; j < nl; j++) {
-            QLT_ASSERT(node->u.linear.lora[j].r == l0->r && node->u.linear.lora[j].scale == l0->scale);
+            QLT_ASSERT(node->u.linear.lora[j].r == l0->r && node->u.linear.lora[j].scale == l0->scale &&
+                       node->u.linear.lora[j].dropout == 0);
             sites[j] = lora_site(g, node, j);
         }
         qlt_graph_phase(g, QLT_PHASE_FWD_GEMM);
-        if (RUN) be->linear_lora_fwd(be, g->values[outs[0]].data, node->u.linear.u, g->values[x].data, w, k, sites, n,
-                                     l0->r, l0->scale);
-        TOUCH(g->values[outs[0]].data);
+        if (RUN)
+            be->linear_lora_fwd(be, stacked ? g->values[outs[0]].data : NULL, node->u.linear.u, g->values[x].data, w, k,
+                                stacked ? NULL : bias, sites, n, l0->r, l0->scale);
+        for (int i = 0; i < (stacked ? 1 : k); i++) TOUCH(g->values[outs[i]].data);
         TOUCH(g->values[x].data);
         TOUCH(node->u.linear.u);
         return;
@@ -457,17 +464,18 @@ static void backward_linear(qlt_graph *g, const qlt_node *node) {
     int64_t n = node->u.linear.n, in = w[0]->cols;
     for (int j = 0; j < nl; j++) /* an adapter's output without a gradient would need a zero buffer */
         QLT_ASSERT(g->values[node->u.linear.outs[node->u.linear.stacked ? 0 : node->u.linear.lora_of[j]]].grad_ready);
-    if (k == 1 && nl == 1 && want_dx && node->u.linear.lora[0].dropout == 0 && be->linear_lora_bwd) {
-        /* one projection and its adapter in one op (the backend may fold the adapter into the GEMM) */
+    if (nl == k && want_dx && node->u.linear.lora[0].dropout == 0 && be->linear_lora_bwd) {
+        /* the group's frozen GEMMs and adapters in one op (the backend may fold adapters into the GEMMs) */
         const qlt_lora_ref *l = &node->u.linear.lora[0];
-        float *scratch = qlt_graph_alloc(g, sizeof(float) * (size_t)(n * l->r));
+        float *scratch = qlt_graph_alloc(g, sizeof(float) * (size_t)(n * nl * l->r));
         TOUCH(scratch);
         float beta = grad_beta(g, x);
-        qlt_lora_site site = lora_site(g, node, 0);
+        qlt_lora_site sites[QLT_STACK_MAX];
+        for (int j = 0; j < nl; j++) sites[j] = lora_site(g, node, j);
         qlt_graph_phase(g, QLT_PHASE_BWD_GEMM);
         if (RUN)
-            be->linear_lora_bwd(be, g->values[x].grad, beta, w[0], &site, scratch, node->u.linear.u,
-                                g->values[x].data, n, l->r, l->scale);
+            be->linear_lora_bwd(be, g->values[x].grad, beta, w, k, node->u.linear.stacked, sites, scratch,
+                                node->u.linear.u, g->values[x].data, n, l->r, l->scale);
         return;
     }
     float beta = 0;

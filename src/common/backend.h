@@ -162,13 +162,17 @@ struct qlt_backend {
      * be->backward_a). */
     void (*linear_bwd_x)(qlt_backend *be, void *dx, const void *dy, const qlt_weight *const *w, int k,
                          int64_t n, float beta);
-    /* Optional (NULL: linear_fwd then lora_fwd, which it must equal up to rounding): the stacked linear
-     * with an adapter on every weight of the stack (sites[i] belongs to w[i], its y inside the stacked
-     * output), folded into one GEMM: y [N, sum rows] = [x | u3] . [W | scale B3]^T over K = cols + 3kr,
-     * u [N, k*r] = x . A^T saved as lora_fwd saves it. Rounds y once instead of twice and writes it once
-     * instead of reading and writing it again. Weight stack prepared with extra_cols >= 3 k r. */
+    /* Optional (NULL: linear_fwd then lora_fwd, which it must equal up to rounding): a linear group in which
+     * every weight has an adapter (sites[i] belongs to w[i]; no dropout), in one op:
+     * y_i [N, rows_i] = x [N, cols] . W_i^T (+ bias[i]) + scale u_i . B_i^T, u [N, k*r] = x . A^T saved as
+     * lora_fwd saves it. Stacked (y not NULL): the outputs are the one matrix y [N, sum rows_i] the sites point
+     * into, bias NULL; otherwise (y NULL) each site's y is its own output and bias is NULL or one per weight
+     * (each may be NULL). The backend picks the form (CUDA: outputs much wider than x fold the adapters into
+     * the frozen GEMM, [x | u3] . [W | scale B3]^T over K = cols + 3kr, in the room weight_stack_prepare made
+     * with extra_cols >= 3kr; otherwise the adapters' products are written first and the frozen GEMMs add
+     * onto them: each output is written once, never read and written again). */
     void (*linear_lora_fwd)(qlt_backend *be, void *y, float *u, const void *x, const qlt_weight *const *w, int k,
-                            const qlt_lora_site *sites, int64_t n, int r, float scale);
+                            const float *const *bias, const qlt_lora_site *sites, int64_t n, int r, float scale);
     /* Optional (NULL: nothing to do): a LoRA group lora_fwd / lora_bwd will be given (k sites of input
      * width in, output widths outs[k], rank r); the backend grows the workspaces it needs. Load time
      * only; 0 or -1 with qlt_fail. */
@@ -183,14 +187,18 @@ struct qlt_backend {
      * all sites. scratch float [N, k*r] (the du_i side by side). */
     void (*lora_bwd)(qlt_backend *be, const qlt_lora_site *sites, int k, float *scratch, const float *u,
                      const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale);
-    /* Optional (NULL: linear_bwd_x, then lora_bwd): the backward of one projection w [out, in] with its
-     * adapter (site->dy is the output's gradient), both at once: lora_bwd's du, dB and dA, and
-     * dx [N, in] = dx_beta*dx + dy . W + du . A. The backend may fold the adapter's share into the frozen
-     * GEMM (CUDA: [dy | du3] . [W; A3] over K = out + 3r, so dx is read and written once when in > out,
-     * as for the down projection). scratch float [N, r]; dx is not NULL and does not alias site->dy; the
-     * op marks its own profiling phases (BWD_GEMM, LORA). */
-    void (*linear_lora_bwd)(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *w, const qlt_lora_site *site,
-                            float *scratch, const float *u, const void *x, int64_t n, int r, float scale);
+    /* Optional (NULL: linear_bwd_x, then lora_bwd): the backward of a linear group in which every weight has an
+     * adapter (sites[i] belongs to w[i], sites[i].dy is its output's gradient; no dropout), all at once:
+     * lora_bwd's du, dB and dA, and dx [N, cols] = dx_beta*dx + sum_i (dy_i . W_i + du_i . A_i). Stacked: the
+     * sites' dy are the columns of one [N, sum rows_i] gradient (site 0's dy its start, row stride sum rows_i).
+     * The backend may fold adapters and narrow outputs into one GEMM (CUDA: [dy_j... | du3] . [W_j...; A3]
+     * over K = sum out_j + 3kr for the non-stacked weights with out_j <= cols / 4, e.g. k/v or the down
+     * projection, so dx is read and written once for them), the wide ones' GEMMs adding onto dx after it.
+     * scratch float [N, k*r]; dx is not NULL and aliases no dy; the op marks its own profiling phases
+     * (BWD_GEMM, LORA). */
+    void (*linear_lora_bwd)(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *const *w, int k, int stacked,
+                            const qlt_lora_site *sites, float *scratch, const float *u, const void *x, int64_t n,
+                            int r, float scale);
     /* Rotary embedding in place on x [N, n_heads, head_dim] (HF rotate-half layout), angle
      * pos[t] * inv_freq[i] for i < head_dim/2; inverse = 1 rotates by the negative angle (backward). */
     void (*rope)(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n,

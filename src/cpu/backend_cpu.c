@@ -249,12 +249,17 @@ static void cpu_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, flo
     qlt_cpu_lora_bwd(sites, k, scratch, u, x, dx, dx_beta, n, in, r, scale);
 }
 
-/* the reference has nothing to fold: dx = beta dx + dy W, then the adapter's products (dx accumulated) */
-static void cpu_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *w,
-                                const qlt_lora_site *site, float *scratch, const float *u, const void *x, int64_t n,
-                                int r, float scale) {
-    cpu_linear_bwd_x(be, dx, site->dy, &w, 1, n, dx_beta);
-    qlt_cpu_lora_bwd(site, 1, scratch, u, x, dx, 1.0f, n, w->cols, r, scale);
+/* the reference has nothing to fold: dx = beta dx + dy W (the stack as one product, or weight by weight), then
+ * the adapters' products (dx accumulated) */
+static void cpu_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *const *w, int k,
+                                int stacked, const qlt_lora_site *sites, float *scratch, const float *u, const void *x,
+                                int64_t n, int r, float scale) {
+    if (stacked) {
+        cpu_linear_bwd_x(be, dx, sites[0].dy, w, k, n, dx_beta);
+    } else {
+        for (int i = 0; i < k; i++) cpu_linear_bwd_x(be, dx, sites[i].dy, &w[i], 1, n, i == 0 ? dx_beta : 1.0f);
+    }
+    qlt_cpu_lora_bwd(sites, k, scratch, u, x, dx, 1.0f, n, w[0]->cols, r, scale);
 }
 
 static void cpu_rope(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,

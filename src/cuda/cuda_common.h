@@ -184,9 +184,6 @@ int qlt_cuda_weight_create(qlt_backend *be, qlt_weight *w, const void *host, qlt
 void qlt_cuda_weight_free(qlt_backend *be, qlt_weight *w);
 /* the weight as bf16 [rows, cols]: its data, or NF4 dequantized into impl->dequant (stream-ordered) */
 const bf16 *qlt_cuda_weight_bf16(qlt_backend *be, const qlt_weight *w);
-/* the weight as bf16 [rows, cols] in impl->dequant (NF4 dequantized, bf16 copied) with room for extra_rows
- * more rows after it, which the caller fills (stream-ordered; the room was reserved at load) */
-bf16 *qlt_cuda_weight_bf16_room(qlt_backend *be, const qlt_weight *w, int64_t extra_rows);
 /* grows impl->dequant to numel bf16 values (load time only) */
 int qlt_cuda_reserve_dequant(qlt_backend *be, int64_t numel);
 /* row-major C[M,N] = alpha op(A) op(B) + beta C on impl->stream, fp32 accumulation */
@@ -203,8 +200,15 @@ int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, i
  * (ld == cols), otherwise the weights dequantized (NF4) or copied (bf16) side by side into impl->dequant,
  * whose columns cols..ld-1 are left as they were (stream-ordered). */
 const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld, int64_t *rows);
+/* The stack as bf16 [*rows, cols] in impl->dequant (NF4 dequantized, bf16 copied, whatever k is) with room for
+ * extra_rows more rows after it, which the caller fills (stream-ordered; the room was reserved at load). */
+bf16 *qlt_cuda_stack_bf16_room(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_rows, int64_t *rows);
 void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k, const float *bias,
                          int64_t n);
+/* linear_fwd onto what y holds: y = beta y + x [W_0; ...]^T (+ bias), beta 0 or 1 (the bias and beta y added to
+ * the fp32 accumulator before y's one rounding) */
+void qlt_cuda_linear_fwd_onto(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k,
+                              const float *bias, int64_t n, float beta);
 void qlt_cuda_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *const *w, int k, int64_t n,
                            float beta);
 void qlt_cuda_logits(qlt_backend *be, float *out, const void *x, const qlt_weight *w, int64_t n);
@@ -220,9 +224,10 @@ void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
 void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *scratch, const float *u,
                        const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale);
 void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const qlt_weight *const *w, int k,
-                              const qlt_lora_site *sites, int64_t n, int r, float scale);
-void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *w, const qlt_lora_site *site,
-                              float *scratch, const float *u, const void *x, int64_t n, int r, float scale);
+                              const float *const *bias, const qlt_lora_site *sites, int64_t n, int r, float scale);
+void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *const *w, int k, int stacked,
+                              const qlt_lora_site *sites, float *scratch, const float *u, const void *x, int64_t n,
+                              int r, float scale);
 int qlt_cuda_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_t *outs, int r);
 
 /* attention.cu */

@@ -187,19 +187,6 @@ const bf16 *qlt_cuda_weight_bf16(qlt_backend *be, const qlt_weight *w) {
     return NULL;
 }
 
-bf16 *qlt_cuda_weight_bf16_room(qlt_backend *be, const qlt_weight *w, int64_t extra_rows) {
-    cuda_impl *impl = cuda_impl_of(be);
-    QLT_ASSERT((w->rows + extra_rows) * w->cols <= impl->dequant_elems); /* reserved at load */
-    if (w->format == QLT_WFORMAT_NF4) {
-        dequantize_into(be, impl->dequant, w);
-    } else {
-        QLT_ASSERT(w->format == QLT_WFORMAT_BF16);
-        CUDA_CHECK(cudaMemcpyAsync(impl->dequant, w->data, sizeof(bf16) * (size_t)(w->rows * w->cols),
-                                   cudaMemcpyDeviceToDevice, impl->stream));
-    }
-    return impl->dequant;
-}
-
 int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols) {
     int64_t rows = 0;
     for (int i = 0; i < k; i++) {
@@ -209,14 +196,16 @@ int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, i
     return k > 1 || extra_cols > 0 ? qlt_cuda_reserve_dequant(be, rows * (w[0]->cols + extra_cols)) : 0;
 }
 
-const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld, int64_t *rows) {
+/* The weights dequantized (NF4) or copied (bf16) side by side into impl->dequant, rows of stride ld, with room
+ * for extra_rows more rows after them (reserved at load); *rows = their rows. */
+static bf16 *stack_into_dequant(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld, int64_t extra_rows,
+                                int64_t *rows) {
     QLT_ASSERT(k >= 1 && k <= QLT_STACK_MAX);
     const int64_t cols = w[0]->cols;
     *rows = 0;
     for (int i = 0; i < k; i++) *rows += w[i]->rows;
-    if (k == 1 && ld == cols) return qlt_cuda_weight_bf16(be, w[0]);
     cuda_impl *impl = cuda_impl_of(be);
-    QLT_ASSERT(*rows * ld <= impl->dequant_elems && ld >= cols); /* weight_stack_prepare was called */
+    QLT_ASSERT((*rows + extra_rows) * ld <= impl->dequant_elems && ld >= cols); /* reserved at load */
     bf16 *dst = impl->dequant;
     for (int i = 0; i < k; i++) {
         QLT_ASSERT(w[i]->cols == cols);
@@ -232,6 +221,18 @@ const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int
         dst += w[i]->rows * ld;
     }
     return impl->dequant;
+}
+
+const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld, int64_t *rows) {
+    if (k == 1 && ld == w[0]->cols) {
+        *rows = w[0]->rows;
+        return qlt_cuda_weight_bf16(be, w[0]);
+    }
+    return stack_into_dequant(be, w, k, ld, 0, rows);
+}
+
+bf16 *qlt_cuda_stack_bf16_room(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_rows, int64_t *rows) {
+    return stack_into_dequant(be, w, k, w[0]->cols, extra_rows, rows);
 }
 
 /* ---- the bias fused into the GEMM (cuBLASLt epilogue) ----
@@ -344,33 +345,38 @@ void qlt_cuda_linear_release(qlt_backend *be) {
     impl->n_bias_copies = impl->cap_bias_copies = 0;
 }
 
-/* y = x W^T + bias through cuBLASLt; false when no plan (the caller falls back) */
+/* y = beta y + x W^T + bias through cuBLASLt (beta 0 or 1); false when no plan (the caller falls back) */
 static bool gemm_bias(qlt_backend *be, bf16 *y, const bf16 *x, const bf16 *w, const float *bias, int64_t n,
-                      int64_t rows, int64_t cols) {
+                      int64_t rows, int64_t cols, float beta) {
     cuda_impl *impl = cuda_impl_of(be);
     const bf16 *b16 = bias_copy(impl, bias);
     if (!b16) return false;
     lt_bias_plan *p = bias_plan(impl, n, rows, cols);
     if (!p || !p->ok) return false;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b16, sizeof b16));
-    const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(impl->lt, p->op, &one, w, p->a, x, p->b, &zero, y, p->c, y, p->c, &p->algo,
+    const float one = 1.0f;
+    CUBLAS_CHECK(cublasLtMatmul(impl->lt, p->op, &one, w, p->a, x, p->b, &beta, y, p->c, y, p->c, &p->algo,
                                 NULL, 0, impl->stream));
     return true;
 }
 
-/* ---- linear forward: y = x [W_0; ...]^T (+ bias) ---- */
+/* ---- linear forward: y = beta y + x [W_0; ...]^T (+ bias) ---- */
 
-void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k, const float *bias,
-                         int64_t n) {
+void qlt_cuda_linear_fwd_onto(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k,
+                              const float *bias, int64_t n, float beta) {
     if (n <= 0) return;
     QLT_ASSERT(bias == NULL || k == 1);
     int64_t rows, cols = w[0]->cols;
     const bf16 *wb = qlt_cuda_stack_bf16(be, w, k, cols, &rows);
-    if (bias && gemm_bias(be, (bf16 *)y, (const bf16 *)x, wb, bias, n, rows, cols)) return;
-    qlt_cuda_gemm(be, 0, 1, n, rows, cols, 1.0f, x, CUDA_R_16BF, cols, wb, CUDA_R_16BF, cols, 0.0f, y, CUDA_R_16BF,
+    if (bias && gemm_bias(be, (bf16 *)y, (const bf16 *)x, wb, bias, n, rows, cols, beta)) return;
+    qlt_cuda_gemm(be, 0, 1, n, rows, cols, 1.0f, x, CUDA_R_16BF, cols, wb, CUDA_R_16BF, cols, beta, y, CUDA_R_16BF,
                   rows);
     if (bias) qlt_cuda_bias_add(cuda_impl_of(be)->stream, (bf16 *)y, bias, n, rows);
+}
+
+void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k, const float *bias,
+                         int64_t n) {
+    qlt_cuda_linear_fwd_onto(be, y, x, w, k, bias, n, 0.0f);
 }
 
 /* ---- linear backward-x: dx = beta dx + dy W ----

@@ -189,6 +189,19 @@ static int grow(qlt_backend *be, void **p, size_t *bytes, size_t need, const cha
     return 0;
 }
 
+/* Whether a non-stacked weight with out rows joins its group's folded backward GEMM (linear_lora_bwd below). */
+static bool bwd_folds(int64_t out, int64_t in) {
+    return out * 4 <= in;
+}
+
+/* Rows of the group's folded backward weight [W_j...; A3] (its dequantization room), for the bf16 backward. */
+static int64_t bwd_fold_rows(int k, int64_t in, const int64_t *outs, int r) {
+    int64_t rows = 3 * (int64_t)k * r;
+    for (int i = 0; i < k; i++)
+        if (bwd_folds(outs[i], in)) rows += outs[i];
+    return rows;
+}
+
 int qlt_cuda_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_t *outs, int r) {
     cuda_impl *impl = cuda_impl_of(be);
     const int64_t r3 = 3 * (int64_t)r, k3r = k * r3;
@@ -201,9 +214,8 @@ int qlt_cuda_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_
     if (sum_out * 2 * r > acc) acc = sum_out * 2 * r;
     if (k3r * LORA_MIN_TOKENS > acc) acc = k3r * LORA_MIN_TOKENS;
     QLT_TRY(grow(be, &impl->lora_ws, &impl->lora_ws_bytes, sizeof(bf16) * (size_t)ws, "operand workspace"));
-    /* linear_lora_bwd folds a single projection's adapter into its backward GEMM when in > out: the
-     * weight then needs 3r more rows of room */
-    if (k == 1 && in > outs[0]) QLT_TRY(qlt_cuda_reserve_dequant(be, (outs[0] + r3) * in));
+    /* linear_lora_bwd's folded backward weight [W_j...; A3] of the narrow outputs (when any) */
+    if (bwd_fold_rows(k, in, outs, r) > k3r) QLT_TRY(qlt_cuda_reserve_dequant(be, bwd_fold_rows(k, in, outs, r) * in));
     return grow(be, (void **)&impl->lora_acc, &impl->lora_acc_bytes, sizeof(float) * (size_t)acc,
                 "product workspace");
 }
@@ -225,8 +237,9 @@ static void lora_u(qlt_backend *be, const lora_ws *L, float *u, const void *x, i
     }
 }
 
-void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *u, const void *x, int64_t n,
-                       int64_t in, int r, float scale) {
+/* lora_fwd with y_i = y_beta y_i + scale u_i B_i^T (y_beta 0: the adapters' products written, not added) */
+static void lora_fwd_onto(qlt_backend *be, const qlt_lora_site *sites, int k, float *u, const void *x, int64_t n,
+                          int64_t in, int r, float scale, float y_beta) {
     if (n <= 0) return;
     cuda_impl *impl = cuda_impl_of(be);
     cudaStream_t s = impl->stream;
@@ -234,15 +247,20 @@ void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
     const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
     const bool one_chunk = n <= L.T; /* then u's T3 comes with u */
     lora_u(be, &L, u, x, n, in, r, k, one_chunk ? L.tok : NULL, k3r);
-    /* y_i += scale [ul uh uh]_i [bh bl bh]_i^T */
+    /* y_i = y_beta y_i + scale [ul uh uh]_i [bh bl bh]_i^T */
     for (int64_t t0 = 0; t0 < n; t0 += L.T) {
         int64_t tn = n - t0 < L.T ? n - t0 : L.T;
         if (!one_chunk) split3(s, L.tok, k3r, u + t0 * kr, tn, r, k);
         for (int i = 0; i < k; i++)
             qlt_cuda_gemm(be, 0, 1, tn, sites[i].out, 3 * r, scale, L.tok + (int64_t)i * 3 * r, CUDA_R_16BF, k3r,
-                          L.b3[i], CUDA_R_16BF, 3 * r, 1.0f, (bf16 *)sites[i].y + t0 * sites[i].ld, CUDA_R_16BF,
+                          L.b3[i], CUDA_R_16BF, 3 * r, y_beta, (bf16 *)sites[i].y + t0 * sites[i].ld, CUDA_R_16BF,
                           sites[i].ld);
     }
+}
+
+void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *u, const void *x, int64_t n,
+                       int64_t in, int r, float scale) {
+    lora_fwd_onto(be, sites, k, u, x, n, in, r, scale, 1.0f);
 }
 
 /* du_i = scale dy_i B_i for every site (du [n, k*r], fp32) and dB_i += scale dy_i^T u_i. One pass over dy
@@ -331,55 +349,91 @@ void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float
     }
 }
 
-/* ---- one projection's backward with its adapter folded into the frozen GEMM ---- */
+/* ---- a group's backward with its adapters (and its narrow outputs) folded into one GEMM ----
+ * A weight's own backward GEMM dx += dy_j . W_j reads and writes dx [N, in] for a product over K = out_j: for
+ * a narrow output (out_j <= in / 4: k and v, the down projection) that pass costs more than copying dy_j
+ * [N, out_j] next to the adapters' du3, where the one GEMM [dy_j... | du3] . [W_j...; A3] takes it. That GEMM
+ * runs first (with dx_beta; with no narrow output it is du3 . A3 alone) and the wide outputs' GEMMs add onto
+ * dx after it (beta 1: a read of dx inside a compute-bound GEMM instead of the adapters' own pass over dx),
+ * except a stack's (gate+up) GEMM over K = sum out_i, which goes first (see below). */
 
-void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *w, const qlt_lora_site *site,
-                              float *scratch, const float *u, const void *x, int64_t n, int r, float scale) {
+void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *const *w, int k, int stacked,
+                              const qlt_lora_site *sites, float *scratch, const float *u, const void *x, int64_t n,
+                              int r, float scale) {
     if (n <= 0) return;
     cuda_impl *impl = cuda_impl_of(be);
     cudaStream_t s = impl->stream;
-    const int64_t rows = w->rows, in = w->cols, r3 = 3 * (int64_t)r, ld = rows + r3;
+    const int64_t in = w[0]->cols, kr = (int64_t)k * r, k3r = 3 * kr;
     const qlt_phase was = impl->phase;
-    const qlt_weight *wl[1] = {w};
-    if (be->backward_a != QLT_BACKWARD_A_BF16 || in <= rows) {
-        /* the fold would copy dy ([N, out]) to save dx's second pass ([N, in]): only worth it when in > out;
-         * fp16 / fp32 backward GEMMs have their own path */
-        if (be->phase) be->phase(be, QLT_PHASE_BWD_GEMM);
-        qlt_cuda_linear_bwd_x(be, dx, site->dy, wl, 1, n, dx_beta);
-        if (be->phase) be->phase(be, QLT_PHASE_LORA);
-        qlt_cuda_lora_bwd(be, site, 1, scratch, u, x, dx, 1.0f, n, in, r, scale);
-        if (be->phase) be->phase(be, was);
-        return;
+    /* the narrow outputs joining the adapters' GEMM (bf16 backward: fp16 / fp32 GEMMs have their own path) */
+    const qlt_weight *folded[QLT_STACK_MAX];
+    int fold_site[QLT_STACK_MAX], wide_site[QLT_STACK_MAX], nf = 0, nw = 0;
+    int64_t fold_rows = 0;
+    const bool one_gradient = stacked && k > 1; /* a stack's dy: one GEMM over all its weights */
+    for (int i = 0; i < k; i++) {
+        if (!one_gradient && be->backward_a == QLT_BACKWARD_A_BF16 && bwd_folds(w[i]->rows, in)) {
+            folded[nf] = w[i], fold_site[nf++] = i, fold_rows += w[i]->rows;
+        } else {
+            wide_site[nw++] = i;
+        }
     }
+    const int64_t ld = fold_rows + k3r;
     if (be->phase) be->phase(be, QLT_PHASE_LORA);
-    lora_ws L = lora_prepare(be, site, 1, in, r, n, true);
-    QLT_ASSERT(in * r3 * (int64_t)sizeof(float) <= (int64_t)impl->lora_acc_bytes);
-    float *du = scratch; /* [n, r] */
-    /* dY' = [dy | T3] [tn, out + 3r] in token chunks through the conversion workspace: T3 feeds dA, and
-     * dx = beta dx + dY' W'' is one GEMM (dy . W + du . A added before dx's one rounding); when one chunk
-     * holds every token, T3 is written there with du */
+    lora_ws L = lora_prepare(be, sites, k, in, r, n, true);
+    QLT_ASSERT(in * k3r * (int64_t)sizeof(float) <= (int64_t)impl->lora_acc_bytes);
+    float *du = scratch; /* [n, k*r] */
+    /* dY' = [dy_j... | T3] [tn, ld] in token chunks through the conversion workspace: T3 feeds dA too; when one
+     * chunk holds every token, T3 is written there with du */
     bf16 *yp = (bf16 *)impl->conv;
     const int64_t chunk = (int64_t)(3 * QLT_CUDA_CONV_ELEMS * sizeof(float) / sizeof(bf16)) / ld;
     QLT_ASSERT(chunk > 0);
-    const bool t3_done = lora_bwd_du_db(be, &L, site, 1, du, u, n, r, scale, n <= chunk ? yp + rows : NULL, ld);
-    /* W'' = [W; A3] [out + 3r, in]: the weight as bf16 with A3's rows ([Ah; Al; Ah]) after it */
+    const bool t3_done = lora_bwd_du_db(be, &L, sites, k, du, u, n, r, scale, n <= chunk ? yp + fold_rows : NULL, ld);
+    /* W'' = [W_j...; A3] [ld, in]: the folded weights as bf16 with A3's rows after them (A3 alone: as it is) */
     if (be->phase) be->phase(be, QLT_PHASE_BWD_GEMM);
-    bf16 *wpp = qlt_cuda_weight_bf16_room(be, w, r3);
-    CUDA_CHECK(cudaMemcpyAsync(wpp + rows * in, L.a3, sizeof(bf16) * (size_t)(r3 * in), cudaMemcpyDeviceToDevice, s));
+    const bf16 *wpp = L.a3;
+    if (nf > 0) {
+        int64_t rows;
+        bf16 *stack = qlt_cuda_stack_bf16_room(be, folded, nf, k3r, &rows);
+        CUDA_CHECK(cudaMemcpyAsync(stack + rows * in, L.a3, sizeof(bf16) * (size_t)(k3r * in), cudaMemcpyDeviceToDevice,
+                                   s));
+        wpp = stack;
+    }
+    /* a stack's one GEMM over its gradient goes first: its K is so long that reading dx in its epilogue (beta 1)
+     * costs more than the adapters' second pass over dx (measured: gate+up at 7B, 8192 tokens) */
+    if (one_gradient) {
+        qlt_cuda_linear_bwd_x(be, dx, sites[0].dy, w, k, n, dx_beta);
+        dx_beta = 1.0f;
+    }
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-        int64_t tn = n - t0 < chunk ? n - t0 : chunk;
+        int64_t tn = n - t0 < chunk ? n - t0 : chunk, col = 0;
         if (be->phase) be->phase(be, QLT_PHASE_LORA);
-        qlt_cuda_copy_rows(s, yp, ld, (const bf16 *)site->dy + t0 * site->ld, site->ld, tn, rows);
-        if (!t3_done) split3(s, yp + rows, ld, du + t0 * r, tn, r, 1);
-        lora_bwd_da(be, site, 1, yp + rows, ld, (const bf16 *)x + t0 * in, tn, in, r);
+        for (int j = 0; j < nf; j++) {
+            const qlt_lora_site *sj = &sites[fold_site[j]];
+            qlt_cuda_copy_rows(s, yp + col, ld, (const bf16 *)sj->dy + t0 * sj->ld, sj->ld, tn, sj->out);
+            col += sj->out;
+        }
+        if (!t3_done) split3(s, yp + fold_rows, ld, du + t0 * kr, tn, r, k);
+        lora_bwd_da(be, sites, k, yp + fold_rows, ld, (const bf16 *)x + t0 * in, tn, in, r);
         if (be->phase) be->phase(be, QLT_PHASE_BWD_GEMM);
         qlt_cuda_gemm(be, 0, 0, tn, in, ld, 1.0f, yp, CUDA_R_16BF, ld, wpp, CUDA_R_16BF, in, dx_beta,
                       (bf16 *)dx + t0 * in, CUDA_R_16BF, in);
     }
+    /* the other wide outputs' GEMMs add onto dx */
+    if (!one_gradient)
+        for (int j = 0; j < nw; j++)
+            qlt_cuda_linear_bwd_x(be, dx, sites[wide_site[j]].dy, &w[wide_site[j]], 1, n, 1.0f);
     if (be->phase) be->phase(be, was);
 }
 
-/* ---- the stacked linear with its adapters folded into the one GEMM ---- */
+/* ---- a group's forward with its adapters ----
+ * A stack whose outputs are much wider than x (gate+up) folds the adapters into its one GEMM,
+ * [x | u3] . [W | scale B3]^T: copying x [N, in] costs less than a second pass over y [N, sum rows]. Every other
+ * group (q/k/v with their biases, o, down) writes the adapters' products first and has its frozen GEMMs add
+ * onto them (beta 1: a read of y inside a compute-bound GEMM instead of a pass of its own). */
+
+static bool fwd_folds(bool stacked, int k, int64_t in, int64_t rows) {
+    return stacked && k > 1 && in * 4 <= rows; /* weight_stack_prepare made the room (model/lora.c) */
+}
 
 typedef struct fold_sites {
     const float *b[QLT_STACK_MAX]; /* [out_i, r] */
@@ -416,12 +470,27 @@ static __global__ void fold_b_kernel(bf16 *wp, int64_t ld, int64_t cols, const _
 }
 
 void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x, const qlt_weight *const *w, int k,
-                              const qlt_lora_site *sites, int64_t n, int r, float scale) {
+                              const float *const *bias, const qlt_lora_site *sites, int64_t n, int r, float scale) {
     if (n <= 0) return;
     cuda_impl *impl = cuda_impl_of(be);
     cudaStream_t s = impl->stream;
     const int64_t in = w[0]->cols, kr = (int64_t)k * r, ld = in + 3 * kr;
-    const qlt_phase was = impl->phase; /* the folded GEMM is the caller's; u and the operands are LoRA's */
+    const qlt_phase was = impl->phase; /* the frozen GEMMs are the caller's; u and the operands are LoRA's */
+    int64_t rows = 0;
+    for (int i = 0; i < k; i++) rows += w[i]->rows;
+    if (!fwd_folds(y != NULL, k, in, rows)) {
+        /* the adapters' products written first (y_i = scale u_i B_i^T), the frozen GEMMs adding onto them */
+        if (be->phase) be->phase(be, QLT_PHASE_LORA);
+        lora_fwd_onto(be, sites, k, u, x, n, in, r, scale, 0.0f);
+        if (be->phase) be->phase(be, was);
+        if (y) {
+            qlt_cuda_linear_fwd_onto(be, y, x, w, k, NULL, n, 1.0f);
+        } else {
+            for (int i = 0; i < k; i++)
+                qlt_cuda_linear_fwd_onto(be, sites[i].y, x, &w[i], 1, bias ? bias[i] : NULL, n, 1.0f);
+        }
+        return;
+    }
     if (be->phase) be->phase(be, QLT_PHASE_LORA);
     lora_ws L = lora_prepare(be, sites, k, in, r, n, false /* the fold reads B itself */);
     /* X' = [x | per site (ul uh uh)] goes through the conversion workspace in token chunks; when one chunk
@@ -433,7 +502,6 @@ void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x,
     lora_u(be, &L, u, x, n, in, r, k, one_chunk ? xp + in : NULL, ld);
     if (be->phase) be->phase(be, was);
     /* W' = [W_0; ...; W_k-1 | scale B3 block diagonal] */
-    int64_t rows;
     bf16 *wp = (bf16 *)qlt_cuda_stack_bf16(be, w, k, ld, &rows);
     fold_sites f;
     f.k = k;

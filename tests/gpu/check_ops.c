@@ -205,12 +205,13 @@ void check_embed(void) {
 void check_rmsnorm(void) {
     if (!gpu()) return;
     gpu_rng r = {12};
-    /* d: below a warp's 256 (64, 96), the register-resident rows of 4, 6, 8, 12, 14 chunks (896, 1536, 2048,
-     * 3072, 3584; the backward holds rows up to 8 chunks and streams 3072 and 3584), one too wide for any
-     * of them (5120: streamed), and d % 8 != 0 (36: scalar) */
-    const int64_t shapes[][2] = {{1, 64},   {7, 96},   {300, 896}, {33, 36},
-                                 {64, 3584}, {40, 1536}, {17, 2048}, {9, 3072}, {5, 5120}};
-    for (int s = 0; s < 9; s++) {
+    /* d: below a warp's 256 (64, 96), the register-resident rows of 4, 6, 8, 12, 14, 16 chunks (896, 1536, 2048,
+     * 3072, 3584, 4096; the backward holds rows up to 8 chunks in one warp and wider ones up to 4096 in a
+     * block of four warps, 4 chunks a thread), one too wide for any of them (5120: streamed), and d % 8 != 0
+     * (36: scalar) */
+    const int64_t shapes[][2] = {{1, 64},   {7, 96},    {300, 896}, {33, 36},  {64, 3584},
+                                 {40, 1536}, {17, 2048}, {9, 3072},  {3, 4096}, {5, 5120}};
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
         int64_t n = shapes[s][0], d = shapes[s][1];
         char sh[64];
         snprintf(sh, sizeof sh, "N%lld D%lld", (long long)n, (long long)d);
@@ -658,63 +659,97 @@ void check_lora(void) {
     }
 }
 
-/* ---- the stacked linear with its adapters folded into one GEMM (linear_lora_fwd), and one projection's
- * backward with its adapter folded (linear_lora_bwd) ---- */
+/* ---- a linear group with its adapters in one op: the forward (linear_lora_fwd: gate+up folded into the
+ * stack's GEMM, every other group's adapters written first and the frozen GEMMs added onto them) and the
+ * backward (linear_lora_bwd: narrow outputs and the adapters in one GEMM, the wide outputs' GEMMs after it) ----
+ * Both against the CPU's linear ops followed by lora_fwd / lora_bwd. */
 
 static void check_linear_lora_bwd(gpu_rng *r);
+
+/* the group's weights [outs_i, in] uploaded (NF4: the host copies replaced by their dequantized values) */
+static int group_weights(gpu_rng *r, qlt_weight *wt, const qlt_weight **wp, float **w, const int64_t *outs, int k,
+                         int64_t in, int nf4) {
+    for (int i = 0; i < k; i++) {
+        w[i] = hrand(r, outs[i] * in, 0.05f);
+        if (G->weight_create(G, &wt[i], w[i], QLT_DTYPE_F32, outs[i], in, nf4 ? 64 : 0, 1) != 0) {
+            gpu_check_fail("weight_create", qlt_error());
+            return -1;
+        }
+        if (nf4 && nf4_reference(w[i], outs[i], in)) return -1;
+        wp[i] = &wt[i];
+    }
+    return 0;
+}
 
 void check_linear_lora(void) {
     if (!gpu()) return;
     gpu_rng r = {27};
-    /* n, in, r, outs of the stacked weights (gate/up and a three-weight stack) */
-    const int64_t shapes[][6] = {{77, 896, 16, 4864, 4864, 0}, {300, 64, 8, 40, 24, 16}, {1, 128, 4, 96, 96, 0},
-                                 {513, 1536, 64, 8960, 8960, 0}};
+    /* n, in, r, stacked, with bias (non-stacked only), outs: gate/up-like stacks (folded when in * 4 <= sum outs),
+     * q/k/v-like groups with and without biases, and o / down-like single projections */
+    const int64_t shapes[][8] = {{77, 896, 16, 1, 0, 4864, 4864, 0},   {300, 64, 8, 1, 0, 40, 24, 16},
+                                 {1, 128, 4, 1, 0, 96, 96, 0},         {513, 1536, 64, 1, 0, 8960, 8960, 0},
+                                 {77, 256, 8, 0, 1, 256, 64, 64},      {300, 512, 16, 0, 0, 512, 128, 128},
+                                 {513, 896, 16, 0, 1, 896, 128, 128},  {129, 896, 16, 1, 0, 896, 0, 0},
+                                 {64, 1024, 8, 1, 0, 256, 0, 0}};
     const float scale = 2.0f;
-    for (int s = 0; s < 4; s++) {
-        int64_t n = shapes[s][0], in = shapes[s][1], outs[3], total = 0;
-        int rk = (int)shapes[s][2], k = 0;
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        const int64_t n = shapes[s][0], in = shapes[s][1];
+        const int rk = (int)shapes[s][2], stacked = (int)shapes[s][3], with_bias = (int)shapes[s][4];
+        int64_t outs[3], total = 0;
+        int k = 0;
         for (int i = 0; i < 3; i++)
-            if (shapes[s][3 + i]) outs[k++] = shapes[s][3 + i], total += shapes[s][3 + i];
+            if (shapes[s][5 + i]) outs[k++] = shapes[s][5 + i], total += shapes[s][5 + i];
         for (int nf4 = 0; nf4 <= 1; nf4++) {
-            char sh[96];
-            snprintf(sh, sizeof sh, "N%lld in%lld k%d out%lld r%d %s", (long long)n, (long long)in, k, (long long)total,
-                     rk, nf4 ? "NF4" : "bf16");
-            float *x = hrand(&r, n * in, 1.0f), *w[3], *a[3], *b[3];
+            char sh[128];
+            snprintf(sh, sizeof sh, "N%lld in%lld k%d out%lld r%d %s%s%s", (long long)n, (long long)in, k,
+                     (long long)total, rk, nf4 ? "NF4" : "bf16", stacked ? (in * 4 <= total && k > 1 ? " folded" : " stack")
+                                                                        : " own outputs",
+                     with_bias ? " bias" : "");
+            float *x = hrand(&r, n * in, 1.0f), *w[3], *a[3], *b[3], *bias[3] = {NULL, NULL, NULL};
+            const float *dbias[3] = {NULL, NULL, NULL};
             qlt_weight wt[3];
             const qlt_weight *wp[3];
             qlt_lora_site cs[3], gs[3];
+            if (group_weights(&r, wt, wp, w, outs, k, in, nf4) != 0) return;
             float *y_ref = calloc((size_t)(n * total), sizeof(float));
+            void *y = stacked ? dpoison(2 * (size_t)(n * total)) : NULL;
             int64_t col = 0;
             for (int i = 0; i < k; i++) {
-                w[i] = hrand(&r, outs[i] * in, 0.05f);
-                if (G->weight_create(G, &wt[i], w[i], QLT_DTYPE_F32, outs[i], in, nf4 ? 64 : 0, 1) != 0) {
-                    gpu_check_fail("weight_create", qlt_error());
-                    return;
-                }
-                if (nf4 && nf4_reference(w[i], outs[i], in)) return;
-                wp[i] = &wt[i];
                 a[i] = hrand_f32(&r, rk * in, 0.1f), b[i] = hrand_f32(&r, outs[i] * rk, 0.1f);
                 qlt_cpu_gemm(0, 1, n, outs[i], in, 1.0f, x, in, w[i], in, 0.0f, y_ref + col, total);
+                if (with_bias) {
+                    bias[i] = hrand_f32(&r, outs[i], 0.5f);
+                    for (int64_t t = 0; t < n; t++)
+                        for (int64_t o = 0; o < outs[i]; o++) y_ref[t * total + col + o] += bias[i][o];
+                    dbias[i] = df32(bias[i], outs[i]);
+                    if (G->bias_prepare(G, dbias[i], outs[i]) != 0) gpu_check_fail("bias_prepare", qlt_error());
+                }
                 cs[i] = (qlt_lora_site){y_ref + col, NULL, total, outs[i], a[i], b[i], NULL, NULL};
-                gs[i] = (qlt_lora_site){NULL, NULL, total, outs[i], df32(a[i], rk * in), df32(b[i], outs[i] * rk), NULL,
-                                        NULL};
+                void *yi = stacked ? (char *)y + 2 * col : dpoison(2 * (size_t)(n * outs[i]));
+                gs[i] = (qlt_lora_site){yi, NULL, stacked ? total : outs[i], outs[i], df32(a[i], rk * in),
+                                        df32(b[i], outs[i] * rk), NULL, NULL};
                 col += outs[i];
             }
-            if (G->weight_stack_prepare(G, wp, k, 3 * (int64_t)k * rk) != 0) {
-                gpu_check_fail("weight_stack_prepare", qlt_error());
+            if (G->weight_stack_prepare(G, wp, k, stacked ? 3 * (int64_t)k * rk : 0) != 0 ||
+                G->lora_group_prepare(G, k, in, outs, rk) != 0) {
+                gpu_check_fail("weight_stack_prepare / lora_group_prepare", qlt_error());
                 return;
             }
             float *u_ref = malloc(sizeof(float) * (size_t)(n * k * rk));
             qlt_cpu_lora_fwd(cs, k, u_ref, x, n, in, rk, scale);
-            void *y = dpoison(2 * (size_t)(n * total));
-            col = 0;
-            for (int i = 0; i < k; i++) gs[i].y = (char *)y + 2 * col, col += outs[i];
             float *du = dpoison(4 * (size_t)(n * k * rk));
-            G->linear_lora_fwd(G, y, du, dbf16(x, n * in), wp, k, gs, n, rk, scale);
-            float *gy = hget_bf16(y, n * total), *gu = hget_f32(du, n * k * rk);
-            row("linear_lora_fwd y (folded)", sh, gy, y_ref, n * total, 1e-2);
+            G->linear_lora_fwd(G, y, du, dbf16(x, n * in), wp, k, stacked ? NULL : dbias, gs, n, rk, scale);
+            float *gy = malloc(sizeof(float) * (size_t)(n * total)), *gu = hget_f32(du, n * k * rk);
+            col = 0;
+            for (int i = 0; i < k; i++) { /* every output gathered as [n, total] */
+                float *gi = hget_bf16(gs[i].y, (n - 1) * gs[i].ld + outs[i]);
+                for (int64_t t = 0; t < n; t++) memcpy(gy + t * total + col, gi + t * gs[i].ld, sizeof(float) * (size_t)outs[i]);
+                free(gi);
+                col += outs[i];
+            }
+            row("linear_lora_fwd y", sh, gy, y_ref, n * total, 1e-2);
             row("linear_lora_fwd u (fp32)", sh, gu, u_ref, n * k * rk, 1e-4);
-            for (int i = 0; i < k; i++) G->weight_free(G, &wt[i]), free(w[i]), free(a[i]), free(b[i]);
+            for (int i = 0; i < k; i++) G->weight_free(G, &wt[i]), free(w[i]), free(a[i]), free(b[i]), free(bias[i]);
             dfree_all();
             free(x), free(y_ref), free(u_ref), free(gy), free(gu);
         }
@@ -722,56 +757,78 @@ void check_linear_lora(void) {
     check_linear_lora_bwd(&r);
 }
 
-/* one projection's backward with its adapter folded into the frozen GEMM (linear_lora_bwd): against the
- * CPU's dx = beta dx + dy W followed by lora_bwd; the fold runs when in > out, the plain path otherwise */
+/* the group's backward (linear_lora_bwd) against the CPU's dx = beta dx + sum dy_i W_i followed by lora_bwd */
 static void check_linear_lora_bwd(gpu_rng *r) {
-    /* n, in, out, r */
-    const int64_t shapes[][4] = {{300, 512, 64, 8}, {513, 8960, 1536, 16}, {77, 64, 96, 4}, {1, 256, 32, 16}};
+    /* n, in, r, stacked, outs: single projections (folded when out * 4 <= in, as the down projection), q/k/v-like
+     * groups (k and v folded, q added after) and a gate/up-like stack (one GEMM over its gradient) */
+    const int64_t shapes[][7] = {{300, 512, 8, 1, 64, 0, 0},    {513, 8960, 16, 1, 1536, 0, 0}, {77, 64, 4, 1, 96, 0, 0},
+                                 {1, 256, 16, 1, 32, 0, 0},      {300, 512, 8, 0, 512, 64, 64},  {77, 256, 16, 0, 256, 128, 32},
+                                 {129, 128, 8, 1, 384, 384, 0}};
     const float scale = 2.0f;
-    for (int s = 0; s < 4; s++) {
-        const int64_t n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
-        const int rk = (int)shapes[s][3];
-        for (int variant = 0; variant < 4; variant++) { /* bit 0: NF4 weight, bit 1: dx beta 1 */
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        const int64_t n = shapes[s][0], in = shapes[s][1];
+        const int rk = (int)shapes[s][2], stacked = (int)shapes[s][3];
+        int64_t outs[3], total = 0;
+        int k = 0, folded = 0;
+        for (int i = 0; i < 3; i++)
+            if (shapes[s][4 + i]) outs[k++] = shapes[s][4 + i], total += shapes[s][4 + i];
+        for (int i = 0; i < k; i++) folded += (!stacked || k == 1) && outs[i] * 4 <= in;
+        for (int variant = 0; variant < 4; variant++) { /* bit 0: NF4 weights, bit 1: dx beta 1 */
             const int nf4 = variant & 1;
             const float beta = (variant & 2) ? 1.0f : 0.0f;
-            char sh[96];
-            snprintf(sh, sizeof sh, "N%lld in%lld out%lld r%d %s beta%d%s", (long long)n, (long long)in,
-                     (long long)out, rk, nf4 ? "NF4" : "bf16", (int)beta, in > out ? " folded" : "");
-            float *x = hrand(r, n * in, 1.0f), *w = hrand(r, out * in, 0.05f), *dy = hrand(r, n * out, 1.0f);
-            float *a = hrand_f32(r, rk * in, 0.1f), *b = hrand_f32(r, out * rk, 0.1f), *u = hrand_f32(r, n * rk, 1.0f);
-            float *ga = hrand_f32(r, rk * in, 0.01f), *gb = hrand_f32(r, out * rk, 0.01f), *dx0 = hrand(r, n * in, 1.0f);
-            qlt_weight wt;
-            if (G->weight_create(G, &wt, w, QLT_DTYPE_F32, out, in, nf4 ? 64 : 0, 1) != 0) {
-                gpu_check_fail("weight_create", qlt_error());
+            char sh[128];
+            snprintf(sh, sizeof sh, "N%lld in%lld k%d out%lld r%d %s beta%d%s, %d folded", (long long)n, (long long)in, k,
+                     (long long)total, rk, nf4 ? "NF4" : "bf16", (int)beta, stacked && k > 1 ? " stack" : "", folded);
+            float *w[3], *a[3], *b[3], *ga[3], *gb[3], *ga_ref[3], *gb_ref[3];
+            qlt_weight wt[3];
+            const qlt_weight *wp[3];
+            if (group_weights(r, wt, wp, w, outs, k, in, nf4) != 0) return;
+            float *x = hrand(r, n * in, 1.0f), *dy = hrand(r, n * total, 1.0f), *u = hrand_f32(r, n * k * rk, 1.0f);
+            float *dx0 = hrand(r, n * in, 1.0f), *dx_ref = hcopy(dx0, n * in);
+            float *du_ref = malloc(sizeof(float) * (size_t)(n * k * rk));
+            qlt_lora_site cs[3], gs[3];
+            void *ddy = stacked ? dbf16(dy, n * total) : NULL;
+            int64_t col = 0;
+            for (int i = 0; i < k; i++) {
+                a[i] = hrand_f32(r, rk * in, 0.1f), b[i] = hrand_f32(r, outs[i] * rk, 0.1f);
+                ga[i] = hrand_f32(r, rk * in, 0.01f), gb[i] = hrand_f32(r, outs[i] * rk, 0.01f);
+                ga_ref[i] = hcopy(ga[i], rk * in), gb_ref[i] = hcopy(gb[i], outs[i] * rk);
+                qlt_cpu_gemm(0, 0, n, in, outs[i], 1.0f, dy + col, total, w[i], in, i == 0 ? beta : 1.0f, dx_ref, in);
+                cs[i] = (qlt_lora_site){NULL, dy + col, total, outs[i], a[i], b[i], ga_ref[i], gb_ref[i]};
+                const void *dyi;
+                if (stacked) {
+                    dyi = (const char *)ddy + 2 * col;
+                } else { /* its own [n, out_i] gradient */
+                    float *own = malloc(sizeof(float) * (size_t)(n * outs[i]));
+                    for (int64_t t = 0; t < n; t++) memcpy(own + t * outs[i], dy + t * total + col, sizeof(float) * (size_t)outs[i]);
+                    dyi = dbf16(own, n * outs[i]);
+                    free(own);
+                }
+                gs[i] = (qlt_lora_site){NULL, dyi, stacked ? total : outs[i], outs[i], df32(a[i], rk * in),
+                                        df32(b[i], outs[i] * rk), df32(ga[i], rk * in), df32(gb[i], outs[i] * rk)};
+                col += outs[i];
+            }
+            qlt_cpu_lora_bwd(cs, k, du_ref, u, x, dx_ref, 1.0f, n, in, rk, scale);
+            if (G->weight_stack_prepare(G, wp, k, 0) != 0 || G->lora_group_prepare(G, k, in, outs, rk) != 0) {
+                gpu_check_fail("weight_stack_prepare / lora_group_prepare", qlt_error());
                 return;
             }
-            if (nf4 && nf4_reference(w, out, in)) return;
-            if (G->lora_group_prepare(G, 1, in, &out, rk) != 0) {
-                gpu_check_fail("lora_group_prepare", qlt_error());
-                return;
-            }
-            /* reference */
-            float *dx_ref = hcopy(dx0, n * in), *ga_ref = hcopy(ga, rk * in), *gb_ref = hcopy(gb, out * rk);
-            float *du_ref = malloc(sizeof(float) * (size_t)(n * rk));
-            qlt_cpu_gemm(0, 0, n, in, out, 1.0f, dy, out, w, in, beta, dx_ref, in);
-            qlt_lora_site cs = {NULL, dy, out, out, a, b, ga_ref, gb_ref};
-            qlt_cpu_lora_bwd(&cs, 1, du_ref, u, x, dx_ref, 1.0f, n, in, rk, scale);
-            /* GPU */
-            qlt_lora_site gs = {NULL, dbf16(dy, n * out), out, out, df32(a, rk * in), df32(b, out * rk),
-                                df32(ga, rk * in), df32(gb, out * rk)};
             void *ddx = beta != 0.0f ? dbf16(dx0, n * in) : dpoison(2 * (size_t)(n * in));
-            float *scr = dpoison(4 * (size_t)(n * rk));
-            G->linear_lora_bwd(G, ddx, beta, &wt, &gs, scr, df32(u, n * rk), dbf16(x, n * in), n, rk, scale);
-            float *gdx = hget_bf16(ddx, n * in), *gdu = hget_f32(scr, n * rk);
-            float *gga = hget_f32(gs.da, rk * in), *ggb = hget_f32(gs.db, out * rk);
+            float *scr = dpoison(4 * (size_t)(n * k * rk));
+            G->linear_lora_bwd(G, ddx, beta, wp, k, stacked, gs, scr, df32(u, n * k * rk), dbf16(x, n * in), n, rk, scale);
+            float *gdx = hget_bf16(ddx, n * in), *gdu = hget_f32(scr, n * k * rk);
             row("linear_lora_bwd dx", sh, gdx, dx_ref, n * in, 1e-2);
-            row("linear_lora_bwd du (fp32)", sh, gdu, du_ref, n * rk, 1e-4);
-            row("linear_lora_bwd dA", sh, gga, ga_ref, rk * in, 1e-4);
-            row("linear_lora_bwd dB", sh, ggb, gb_ref, out * rk, 1e-4);
-            G->weight_free(G, &wt);
+            row("linear_lora_bwd du (fp32)", sh, gdu, du_ref, n * k * rk, 1e-4);
+            for (int i = 0; i < k; i++) {
+                float *gga = hget_f32(gs[i].da, rk * in), *ggb = hget_f32(gs[i].db, outs[i] * rk);
+                row("linear_lora_bwd dA", sh, gga, ga_ref[i], rk * in, 1e-4);
+                row("linear_lora_bwd dB", sh, ggb, gb_ref[i], outs[i] * rk, 1e-4);
+                free(gga), free(ggb);
+                G->weight_free(G, &wt[i]);
+                free(w[i]), free(a[i]), free(b[i]), free(ga[i]), free(gb[i]), free(ga_ref[i]), free(gb_ref[i]);
+            }
             dfree_all();
-            free(x), free(w), free(dy), free(a), free(b), free(u), free(ga), free(gb), free(dx0);
-            free(dx_ref), free(ga_ref), free(gb_ref), free(du_ref), free(gdx), free(gdu), free(gga), free(ggb);
+            free(x), free(dy), free(u), free(dx0), free(dx_ref), free(du_ref), free(gdx), free(gdu);
         }
     }
 }
