@@ -2,8 +2,8 @@
  * single heads for Qwen3's q/k norms, d = head_dim), and its fusions with neighbours: the residual add
  * before it (add_rmsnorm: the sum is written and normalized in one pass) and, for Qwen3's per-head q/k
  * norms, the RoPE after it (head_norm_rope, forward and backward). fp32 math; 16-byte loads when
- * d % 8 == 0, and then the row held in registers between the two passes (forward d <= 4096, backward
- * d <= 2048).
+ * d % 8 == 0, and then the row held in registers between the two passes (forward d <= 4096 by one warp;
+ * backward d <= 2048 by one warp, d <= 4096 by a block of four).
  * fwd: y = x * r * w, r = rsqrt(mean(x^2) + eps) saved.  bwd: dx = beta dx + r w dy - x r^3/d sum(w dy x). */
 #include "cuda/cuda_common.h"
 
@@ -214,6 +214,68 @@ static __global__ void rmsnorm_bwd_reg_kernel(bf16 *dx, const bf16 *dy, const bf
     }
 }
 
+/* ---- the backward's rows held by a whole block (2048 < d <= 4096, d % 8 == 0): each of the row's 128 threads
+ * holds RMS_ROW_CH chunks of x and dy (j = 8 t + 1024 c), a quarter of what one warp would hold (whose 184+
+ * registers a thread left too few warps an SM), so the row is still read once; the warps' partial dots meet
+ * in shared memory. Same arithmetic per element as the kernels above. ---- */
+
+#define RMS_ROW_CH 4 /* d <= 8 * 32 * RMS_WARPS * RMS_ROW_CH = 4096 */
+
+/* load8w that the compiler may not merge with an earlier load of the same w: keeping the first pass's w
+ * values alive for the second would double the registers the row needs */
+static __device__ __forceinline__ void load8w_again(const float *w, float f[8]) {
+    asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3]) : "l"(w));
+    asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(f[4]), "=f"(f[5]), "=f"(f[6]), "=f"(f[7]) : "l"(w + 4));
+}
+
+static __global__ void rmsnorm_bwd_row_kernel(bf16 *dx, const bf16 *dy, const bf16 *x, const float *rstd, const float *w,
+                                              int d, float beta) {
+    __shared__ float part[RMS_WARPS];
+    const int64_t row = blockIdx.x;
+    const int t = threadIdx.x;
+    uint4 vx[RMS_ROW_CH], vd[RMS_ROW_CH];
+    const float r = rstd[row];
+    float dot = 0;
+#pragma unroll
+    for (int c = 0; c < RMS_ROW_CH; c++) {
+        const int j = t * 8 + 256 * RMS_WARPS * c;
+        if (j < d) {
+            vx[c] = *(const uint4 *)(x + row * d + j);
+            vd[c] = *(const uint4 *)(dy + row * d + j);
+            float fx[8], fd[8], fw[8];
+            qlt_bf16x8_unpack(vx[c], fx);
+            qlt_bf16x8_unpack(vd[c], fd);
+            load8w(w + j, fw);
+#pragma unroll
+            for (int e = 0; e < 8; e++) dot += fw[e] * fd[e] * fx[e];
+        }
+    }
+    dot = warp_sum(dot);
+    if ((t & 31) == 0) part[t >> 5] = dot;
+    __syncthreads();
+    dot = 0;
+#pragma unroll
+    for (int i = 0; i < RMS_WARPS; i++) dot += part[i];
+    const float cc = r * r * r * dot / (float)d;
+#pragma unroll
+    for (int c = 0; c < RMS_ROW_CH; c++) {
+        const int j = t * 8 + 256 * RMS_WARPS * c;
+        if (j < d) {
+            float fx[8], fd[8], fw[8], fo[8];
+            qlt_bf16x8_unpack(vx[c], fx);
+            qlt_bf16x8_unpack(vd[c], fd);
+            load8w_again(w + j, fw);
+            if (beta != 0.0f) load8(dx + row * d + j, fo);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float g = r * fw[e] * fd[e] - fx[e] * cc;
+                fo[e] = beta != 0.0f ? g + beta * fo[e] : g;
+            }
+            store8(dx + row * d + j, fo);
+        }
+    }
+}
+
 /* The register-resident kernels' chunk count for d, at most max_ch (0: none fits, stream the row). The
  * forward holds one row (up to 16 chunks, d <= 4096); the backward holds two (x and dy), and past 8 chunks
  * (d > 2048) its 184+ registers a thread leave too few warps an SM: at d = 3584 it ran 38 us a call against
@@ -297,10 +359,15 @@ void qlt_cuda_rmsnorm_bwd(qlt_backend *be, void *dx, const void *dy, const void 
 #define RMS_BWD(CH)                                                                                          \
     rmsnorm_bwd_reg_kernel<CH><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, \
                                                                w, n, (int)d, beta)
+    const bool by_block = d > 2048 && d <= 8 * 32 * RMS_WARPS * RMS_ROW_CH; /* a block a row */
     if (ch && rms_vec_ok(d, dx, dy, x) && rms_vec_ok(d, w, w, w))
         RMS_REG_DISPATCH_TO8(ch, RMS_BWD)
 #undef RMS_BWD
-    else if (rms_vec_ok(d, dx, dy, x))
+    else if (by_block && rms_vec_ok(d, dx, dy, x) && rms_vec_ok(d, w, w, w)) {
+        QLT_ASSERT(n < INT32_MAX);
+        rmsnorm_bwd_row_kernel<<<(unsigned)n, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x,
+                                                                      rstd, w, (int)d, beta);
+    } else if (rms_vec_ok(d, dx, dy, x))
         rmsnorm_bwd_kernel<true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, w,
                                                                  n, d, beta);
     else
