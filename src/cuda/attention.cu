@@ -257,7 +257,26 @@ static __global__ void __launch_bounds__(ATT_THREADS, 2) attn_fwd_kernel(bf16 *o
 
 /* ================================ backward ================================ */
 
-/* D[r] = sum_e dO[r, e] O[r, e] over rows r of [rows, HD] (token-major, heads inner) */
+/* D[r] = sum_e dO[r, e] O[r, e] over rows r of [rows, hd] (token-major, heads inner): TPR = hd / 8 threads a
+ * row, 8 values (16 bytes of each) a thread, the row's partial sums combined by shuffles within its lanes */
+template <int TPR>
+static __global__ void attn_bwd_dot_vec_kernel(float *dsum, const bf16 *dout, const bf16 *out, int64_t rows) {
+    const int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / TPR;
+    const int e = (threadIdx.x % TPR) * 8;
+    float acc = 0.0f;
+    if (r < rows) {
+        float a[8], o[8];
+        qlt_bf16x8_unpack(*(const uint4 *)(dout + r * TPR * 8 + e), a);
+        qlt_bf16x8_unpack(*(const uint4 *)(out + r * TPR * 8 + e), o);
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc += a[i] * o[i];
+    }
+#pragma unroll
+    for (int sh = TPR / 2; sh > 0; sh >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, sh);
+    if (r < rows && e == 0) dsum[r] = acc;
+}
+
+/* the same, a warp a row, for any hd (16, 32, 96) */
 static __global__ void attn_bwd_dot_kernel(float *dsum, const bf16 *dout, const bf16 *out, int64_t rows, int hd) {
     int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x & 31;
@@ -681,8 +700,15 @@ void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float
     attn_check_args(n_heads, n_kv_heads, q, k);
     cudaStream_t s = cuda_impl_of(be)->stream;
     int64_t rows = (int64_t)batch * seq * n_heads;
-    attn_bwd_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(scratch, (const bf16 *)dout, (const bf16 *)out, rows,
-                                                                    head_dim);
+    const bool vec = (((uintptr_t)dout | (uintptr_t)out) & 15) == 0;
+    const unsigned vec_grid = (unsigned)((rows * (head_dim / 8) + 255) / 256);
+    if (vec && head_dim == 64)
+        attn_bwd_dot_vec_kernel<8><<<vec_grid, 256, 0, s>>>(scratch, (const bf16 *)dout, (const bf16 *)out, rows);
+    else if (vec && head_dim == 128)
+        attn_bwd_dot_vec_kernel<16><<<vec_grid, 256, 0, s>>>(scratch, (const bf16 *)dout, (const bf16 *)out, rows);
+    else
+        attn_bwd_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(scratch, (const bf16 *)dout, (const bf16 *)out,
+                                                                        rows, head_dim);
     CUDA_CHECK_LAUNCH();
     bf16 *a = (bf16 *)dq, *bk = (bf16 *)dk, *c = (bf16 *)dv;
     const bf16 *d = (const bf16 *)dout, *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;

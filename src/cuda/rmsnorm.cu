@@ -1,9 +1,9 @@
 /* rmsnorm.cu: RMSNorm forward and backward, one warp per row (rows are hidden states, d = hidden, or
- * single heads for Qwen3's q/k norms, d = head_dim), and its fusions with neighbours: the residual add
- * before it (add_rmsnorm: the sum is written and normalized in one pass) and, for Qwen3's per-head q/k
- * norms, the RoPE after it (head_norm_rope, forward and backward). fp32 math; 16-byte loads when
- * d % 8 == 0, and then the row held in registers between the two passes (forward d <= 4096 by one warp;
- * backward d <= 2048 by one warp, d <= 4096 by a block of four).
+ * single heads for Qwen3's q/k norms, d = head_dim) or one block per wide row, and its fusions with
+ * neighbours: the residual add before it (add_rmsnorm: the sum is written and normalized in one pass) and,
+ * for Qwen3's per-head q/k norms, the RoPE after it (head_norm_rope, forward and backward). fp32 math;
+ * 16-byte loads when d % 8 == 0, and then the row held in registers between the two passes (d <= 2048 by
+ * one warp, d <= 4096 by a block of four warps; wider rows stream).
  * fwd: y = x * r * w, r = rsqrt(mean(x^2) + eps) saved.  bwd: dx = beta dx + r w dy - x r^3/d sum(w dy x). */
 #include "cuda/cuda_common.h"
 
@@ -214,10 +214,10 @@ static __global__ void rmsnorm_bwd_reg_kernel(bf16 *dx, const bf16 *dy, const bf
     }
 }
 
-/* ---- the backward's rows held by a whole block (2048 < d <= 4096, d % 8 == 0): each of the row's 128 threads
- * holds RMS_ROW_CH chunks of x and dy (j = 8 t + 1024 c), a quarter of what one warp would hold (whose 184+
- * registers a thread left too few warps an SM), so the row is still read once; the warps' partial dots meet
- * in shared memory. Same arithmetic per element as the kernels above. ---- */
+/* ---- rows held by a whole block (2048 < d <= 4096, d % 8 == 0): each of the row's 128 threads holds
+ * RMS_ROW_CH chunks of 8 values (j = 8 t + 1024 c) between the two passes, a quarter of what one warp would hold
+ * (past 2048 one warp's 150-185 registers a thread leave too few warps an SM to keep memory busy); the warps'
+ * partial sums meet in shared memory. Same arithmetic per element as the kernels above. ---- */
 
 #define RMS_ROW_CH 4 /* d <= 8 * 32 * RMS_WARPS * RMS_ROW_CH = 4096 */
 
@@ -226,6 +226,61 @@ static __global__ void rmsnorm_bwd_reg_kernel(bf16 *dx, const bf16 *dy, const bf
 static __device__ __forceinline__ void load8w_again(const float *w, float f[8]) {
     asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3]) : "l"(w));
     asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(f[4]), "=f"(f[5]), "=f"(f[6]), "=f"(f[7]) : "l"(w + 4));
+}
+
+/* the block's sum of v (every thread gets it); part: RMS_WARPS floats of shared memory */
+static __device__ __forceinline__ float block_sum(float v, float *part) {
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = 0;
+#pragma unroll
+    for (int i = 0; i < RMS_WARPS; i++) v += part[i];
+    return v;
+}
+
+template <bool ADD>
+static __global__ void rmsnorm_fwd_row_kernel(bf16 *y, float *rstd, const bf16 *x, const bf16 *x2, bf16 *sum,
+                                              const float *w, int d, float eps) {
+    __shared__ float part[RMS_WARPS];
+    const int64_t row = blockIdx.x;
+    const int t = threadIdx.x;
+    uint4 v[RMS_ROW_CH];
+    float ss = 0;
+#pragma unroll
+    for (int c = 0; c < RMS_ROW_CH; c++) {
+        const int j = t * 8 + 256 * RMS_WARPS * c;
+        if (j < d) {
+            v[c] = *(const uint4 *)(x + row * d + j);
+            float f[8];
+            qlt_bf16x8_unpack(v[c], f);
+            if (ADD) {
+                float f2[8];
+                load8(x2 + row * d + j, f2);
+#pragma unroll
+                for (int e = 0; e < 8; e++) f[e] += f2[e];
+                v[c] = qlt_bf16x8_pack(f);
+                *(uint4 *)(sum + row * d + j) = v[c];
+                qlt_bf16x8_unpack(v[c], f); /* the rounded sum */
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++) ss += f[e] * f[e];
+        }
+    }
+    const float r = rsqrtf(block_sum(ss, part) / (float)d + eps);
+    if (t == 0) rstd[row] = r;
+#pragma unroll
+    for (int c = 0; c < RMS_ROW_CH; c++) {
+        const int j = t * 8 + 256 * RMS_WARPS * c;
+        if (j < d) {
+            float f[8], fw[8];
+            qlt_bf16x8_unpack(v[c], f);
+            load8w(w + j, fw);
+#pragma unroll
+            for (int e = 0; e < 8; e++) f[e] = f[e] * r * fw[e];
+            store8(y + row * d + j, f);
+        }
+    }
 }
 
 static __global__ void rmsnorm_bwd_row_kernel(bf16 *dx, const bf16 *dy, const bf16 *x, const float *rstd, const float *w,
@@ -250,13 +305,7 @@ static __global__ void rmsnorm_bwd_row_kernel(bf16 *dx, const bf16 *dy, const bf
             for (int e = 0; e < 8; e++) dot += fw[e] * fd[e] * fx[e];
         }
     }
-    dot = warp_sum(dot);
-    if ((t & 31) == 0) part[t >> 5] = dot;
-    __syncthreads();
-    dot = 0;
-#pragma unroll
-    for (int i = 0; i < RMS_WARPS; i++) dot += part[i];
-    const float cc = r * r * r * dot / (float)d;
+    const float cc = r * r * r * block_sum(dot, part) / (float)d;
 #pragma unroll
     for (int c = 0; c < RMS_ROW_CH; c++) {
         const int j = t * 8 + 256 * RMS_WARPS * c;
@@ -276,14 +325,15 @@ static __global__ void rmsnorm_bwd_row_kernel(bf16 *dx, const bf16 *dy, const bf
     }
 }
 
-/* The register-resident kernels' chunk count for d, at most max_ch (0: none fits, stream the row). The
- * forward holds one row (up to 16 chunks, d <= 4096); the backward holds two (x and dy), and past 8 chunks
- * (d > 2048) its 184+ registers a thread leave too few warps an SM: at d = 3584 it ran 38 us a call against
- * the streaming kernel's 30 (H100, 7B mb1), so it stops at 8. */
-static int rms_reg_chunks(int64_t d, int max_ch) {
+/* The one-warp register-resident kernels' chunk count for d (0: d > 2048, the row is too wide for one warp) */
+static int rms_reg_chunks(int64_t d) {
     const int64_t ch = (d + 255) / 256;
-    const int c = ch <= 2 ? 2 : ch <= 4 ? 4 : ch <= 6 ? 6 : ch <= 8 ? 8 : ch <= 12 ? 12 : ch <= 16 ? 16 : 0;
-    return c <= max_ch ? c : 0;
+    return ch <= 2 ? 2 : ch <= 4 ? 4 : ch <= 6 ? 6 : ch <= 8 ? 8 : 0;
+}
+
+/* Whether a block holds the row instead (2048 < d <= 4096) */
+static bool rms_by_block(int64_t d) {
+    return d > 2048 && d <= 8 * 32 * RMS_WARPS * RMS_ROW_CH;
 }
 
 #define RMS_REG_DISPATCH(CHUNKS, LAUNCH) \
@@ -291,17 +341,7 @@ static int rms_reg_chunks(int64_t d, int max_ch) {
     case 2: LAUNCH(2); break;            \
     case 4: LAUNCH(4); break;            \
     case 6: LAUNCH(6); break;            \
-    case 8: LAUNCH(8); break;            \
-    case 12: LAUNCH(12); break;          \
-    default: LAUNCH(16); break;          \
-    }
-
-#define RMS_REG_DISPATCH_TO8(CHUNKS, LAUNCH) \
-    switch (CHUNKS) {                        \
-    case 2: LAUNCH(2); break;                \
-    case 4: LAUNCH(4); break;                \
-    case 6: LAUNCH(6); break;                \
-    default: LAUNCH(8); break;               \
+    default: LAUNCH(8); break;           \
     }
 
 static bool rms_vec_ok(int64_t d, const void *a, const void *b, const void *c) {
@@ -313,13 +353,16 @@ void qlt_cuda_rmsnorm_fwd(qlt_backend *be, void *y, float *rstd, const void *x, 
     if (n <= 0) return;
     cudaStream_t s = cuda_impl_of(be)->stream;
     unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
-    const int ch = rms_reg_chunks(d, 16);
+    const int ch = rms_reg_chunks(d);
 #define RMS_FWD(CH)                                                                                          \
     rmsnorm_fwd_reg_kernel<CH, false><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, nullptr, \
                                                                       nullptr, w, n, (int)d, eps)
     if (ch && rms_vec_ok(d, y, x, w))
         RMS_REG_DISPATCH(ch, RMS_FWD)
 #undef RMS_FWD
+    else if (rms_by_block(d) && rms_vec_ok(d, y, x, w) && n < INT32_MAX)
+        rmsnorm_fwd_row_kernel<false><<<(unsigned)n, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, nullptr,
+                                                                             nullptr, w, (int)d, eps);
     else if (rms_vec_ok(d, y, x, x))
         rmsnorm_fwd_kernel<true, false><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, nullptr,
                                                                         nullptr, w, n, d, eps);
@@ -334,13 +377,16 @@ void qlt_cuda_add_rmsnorm_fwd(qlt_backend *be, void *sum, void *y, float *rstd, 
     if (n <= 0) return;
     cudaStream_t s = cuda_impl_of(be)->stream;
     unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
-    const int ch = rms_reg_chunks(d, 16);
+    const int ch = rms_reg_chunks(d);
 #define RMS_ADD(CH)                                                                                            \
     rmsnorm_fwd_reg_kernel<CH, true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)a,           \
                                                                      (const bf16 *)b, (bf16 *)sum, w, n, (int)d, eps)
     if (ch && rms_vec_ok(d, y, a, b) && rms_vec_ok(d, sum, w, sum))
         RMS_REG_DISPATCH(ch, RMS_ADD)
 #undef RMS_ADD
+    else if (rms_by_block(d) && rms_vec_ok(d, y, a, b) && rms_vec_ok(d, sum, w, sum) && n < INT32_MAX)
+        rmsnorm_fwd_row_kernel<true><<<(unsigned)n, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)a,
+                                                                            (const bf16 *)b, (bf16 *)sum, w, (int)d, eps);
     else if (rms_vec_ok(d, y, a, b) && rms_vec_ok(d, sum, sum, sum))
         rmsnorm_fwd_kernel<true, true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)a, (const bf16 *)b,
                                                                        (bf16 *)sum, w, n, d, eps);
@@ -355,19 +401,17 @@ void qlt_cuda_rmsnorm_bwd(qlt_backend *be, void *dx, const void *dy, const void 
     if (n <= 0) return;
     cudaStream_t s = cuda_impl_of(be)->stream;
     unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
-    const int ch = rms_reg_chunks(d, 8);
+    const int ch = rms_reg_chunks(d);
 #define RMS_BWD(CH)                                                                                          \
     rmsnorm_bwd_reg_kernel<CH><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, \
                                                                w, n, (int)d, beta)
-    const bool by_block = d > 2048 && d <= 8 * 32 * RMS_WARPS * RMS_ROW_CH; /* a block a row */
     if (ch && rms_vec_ok(d, dx, dy, x) && rms_vec_ok(d, w, w, w))
-        RMS_REG_DISPATCH_TO8(ch, RMS_BWD)
+        RMS_REG_DISPATCH(ch, RMS_BWD)
 #undef RMS_BWD
-    else if (by_block && rms_vec_ok(d, dx, dy, x) && rms_vec_ok(d, w, w, w)) {
-        QLT_ASSERT(n < INT32_MAX);
+    else if (rms_by_block(d) && rms_vec_ok(d, dx, dy, x) && rms_vec_ok(d, w, w, w) && n < INT32_MAX)
         rmsnorm_bwd_row_kernel<<<(unsigned)n, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x,
                                                                       rstd, w, (int)d, beta);
-    } else if (rms_vec_ok(d, dx, dy, x))
+    else if (rms_vec_ok(d, dx, dy, x))
         rmsnorm_bwd_kernel<true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, w,
                                                                  n, d, beta);
     else

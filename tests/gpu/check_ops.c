@@ -205,10 +205,9 @@ void check_embed(void) {
 void check_rmsnorm(void) {
     if (!gpu()) return;
     gpu_rng r = {12};
-    /* d: below a warp's 256 (64, 96), the register-resident rows of 4, 6, 8, 12, 14, 16 chunks (896, 1536, 2048,
-     * 3072, 3584, 4096; the backward holds rows up to 8 chunks in one warp and wider ones up to 4096 in a
-     * block of four warps, 4 chunks a thread), one too wide for any of them (5120: streamed), and d % 8 != 0
-     * (36: scalar) */
+    /* d: below a warp's 256 (64, 96), rows held by one warp in 4, 6, 8 chunks a lane (896, 1536, 2048), rows
+     * held by a block of four warps (3072, 3584, 4096), one too wide for either (5120: streamed), and
+     * d % 8 != 0 (36: scalar) */
     const int64_t shapes[][2] = {{1, 64},   {7, 96},    {300, 896}, {33, 36},  {64, 3584},
                                  {40, 1536}, {17, 2048}, {9, 3072},  {3, 4096}, {5, 5120}};
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
