@@ -116,121 +116,32 @@ static __global__ void rmsnorm_bwd_kernel(bf16 *dx, const bf16 *dy, const bf16 *
     }
 }
 
-/* ---- register-resident rows (d <= 256 CH, d % 8 == 0): each lane holds its CH 8-value chunks
- * (j = 8 lane + 256 c) from one read of the row, so the second pass reads registers, not memory, and w
- * comes as two float4. Same arithmetic, in the same order, as the streaming kernels above. ---- */
+/* ---- register-resident rows (d % 8 == 0): TPR threads a row (a warp, or the block's four warps) each hold CH
+ * 8-value chunks of it (j = 8 t + 8 TPR c, d <= 8 TPR CH) from one read, so the second pass reads registers,
+ * not memory, and w comes as two float4. One warp holds rows up to 2048 (8 chunks a lane); past that its
+ * 150-185 registers a thread left too few warps an SM to keep memory busy, so wider rows (up to 4096) are
+ * held by a block, 4 chunks a thread, the warps' partial sums meeting in shared memory. Same arithmetic per
+ * element, in the same order, as the streaming kernels above. ---- */
+
+#define RMS_ROW_CH 4 /* the block-held rows' chunks a thread: d <= 8 * 32 * RMS_WARPS * RMS_ROW_CH = 4096 */
 
 static __device__ __forceinline__ void load8w(const float *w, float f[8]) {
     const float4 a = *(const float4 *)w, b = *(const float4 *)(w + 4);
     f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
-template <int CH, bool ADD>
-static __global__ void rmsnorm_fwd_reg_kernel(bf16 *y, float *rstd, const bf16 *x, const bf16 *x2, bf16 *sum,
-                                              const float *w, int64_t n, int d, float eps) {
-    const int64_t row = (int64_t)blockIdx.x * RMS_WARPS + threadIdx.x / 32;
-    const int lane = threadIdx.x & 31;
-    if (row >= n) return;
-    uint4 v[CH];
-    float ss = 0;
-#pragma unroll
-    for (int c = 0; c < CH; c++) {
-        const int j = lane * 8 + 256 * c;
-        if (j < d) {
-            v[c] = *(const uint4 *)(x + row * d + j);
-            float f[8];
-            qlt_bf16x8_unpack(v[c], f);
-            if (ADD) {
-                float f2[8];
-                load8(x2 + row * d + j, f2);
-#pragma unroll
-                for (int e = 0; e < 8; e++) f[e] += f2[e];
-                v[c] = qlt_bf16x8_pack(f);
-                *(uint4 *)(sum + row * d + j) = v[c];
-                qlt_bf16x8_unpack(v[c], f); /* the rounded sum */
-            }
-#pragma unroll
-            for (int e = 0; e < 8; e++) ss += f[e] * f[e];
-        }
-    }
-    ss = warp_sum(ss);
-    const float r = rsqrtf(ss / (float)d + eps);
-    if (lane == 0) rstd[row] = r;
-#pragma unroll
-    for (int c = 0; c < CH; c++) {
-        const int j = lane * 8 + 256 * c;
-        if (j < d) {
-            float f[8], fw[8];
-            qlt_bf16x8_unpack(v[c], f);
-            load8w(w + j, fw);
-#pragma unroll
-            for (int e = 0; e < 8; e++) f[e] = f[e] * r * fw[e];
-            store8(y + row * d + j, f);
-        }
-    }
-}
-
-template <int CH>
-static __global__ void rmsnorm_bwd_reg_kernel(bf16 *dx, const bf16 *dy, const bf16 *x, const float *rstd,
-                                              const float *w, int64_t n, int d, float beta) {
-    const int64_t row = (int64_t)blockIdx.x * RMS_WARPS + threadIdx.x / 32;
-    const int lane = threadIdx.x & 31;
-    if (row >= n) return;
-    uint4 vx[CH], vd[CH];
-    const float r = rstd[row];
-    float dot = 0;
-#pragma unroll
-    for (int c = 0; c < CH; c++) {
-        const int j = lane * 8 + 256 * c;
-        if (j < d) {
-            vx[c] = *(const uint4 *)(x + row * d + j);
-            vd[c] = *(const uint4 *)(dy + row * d + j);
-            float fx[8], fd[8], fw[8];
-            qlt_bf16x8_unpack(vx[c], fx);
-            qlt_bf16x8_unpack(vd[c], fd);
-            load8w(w + j, fw);
-#pragma unroll
-            for (int e = 0; e < 8; e++) dot += fw[e] * fd[e] * fx[e];
-        }
-    }
-    dot = warp_sum(dot);
-    const float cc = r * r * r * dot / (float)d;
-#pragma unroll
-    for (int c = 0; c < CH; c++) {
-        const int j = lane * 8 + 256 * c;
-        if (j < d) {
-            float fx[8], fd[8], fw[8], fo[8];
-            qlt_bf16x8_unpack(vx[c], fx);
-            qlt_bf16x8_unpack(vd[c], fd);
-            load8w(w + j, fw);
-            if (beta != 0.0f) load8(dx + row * d + j, fo);
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const float g = r * fw[e] * fd[e] - fx[e] * cc;
-                fo[e] = beta != 0.0f ? g + beta * fo[e] : g;
-            }
-            store8(dx + row * d + j, fo);
-        }
-    }
-}
-
-/* ---- rows held by a whole block (2048 < d <= 4096, d % 8 == 0): each of the row's 128 threads holds
- * RMS_ROW_CH chunks of 8 values (j = 8 t + 1024 c) between the two passes, a quarter of what one warp would hold
- * (past 2048 one warp's 150-185 registers a thread leave too few warps an SM to keep memory busy); the warps'
- * partial sums meet in shared memory. Same arithmetic per element as the kernels above. ---- */
-
-#define RMS_ROW_CH 4 /* d <= 8 * 32 * RMS_WARPS * RMS_ROW_CH = 4096 */
-
 /* load8w that the compiler may not merge with an earlier load of the same w: keeping the first pass's w
- * values alive for the second would double the registers the row needs */
+ * values alive for the second would double the registers a block-held row needs */
 static __device__ __forceinline__ void load8w_again(const float *w, float f[8]) {
     asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3]) : "l"(w));
     asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(f[4]), "=f"(f[5]), "=f"(f[6]), "=f"(f[7]) : "l"(w + 4));
 }
 
-/* the block's sum of v (every thread gets it); part: RMS_WARPS floats of shared memory */
-static __device__ __forceinline__ float block_sum(float v, float *part) {
+/* the row's sum of v over its TPR threads (every one of them gets it); part: RMS_WARPS floats of shared memory */
+template <int TPR>
+static __device__ __forceinline__ float row_sum(float v, float *part) {
     v = warp_sum(v);
+    if (TPR == 32) return v;
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
     __syncthreads();
     v = 0;
@@ -239,17 +150,18 @@ static __device__ __forceinline__ float block_sum(float v, float *part) {
     return v;
 }
 
-template <bool ADD>
-static __global__ void rmsnorm_fwd_row_kernel(bf16 *y, float *rstd, const bf16 *x, const bf16 *x2, bf16 *sum,
-                                              const float *w, int d, float eps) {
+template <int CH, int TPR, bool ADD>
+static __global__ void rmsnorm_fwd_reg_kernel(bf16 *y, float *rstd, const bf16 *x, const bf16 *x2, bf16 *sum,
+                                              const float *w, int64_t n, int d, float eps) {
     __shared__ float part[RMS_WARPS];
-    const int64_t row = blockIdx.x;
-    const int t = threadIdx.x;
-    uint4 v[RMS_ROW_CH];
+    const int64_t row = (int64_t)blockIdx.x * (32 * RMS_WARPS / TPR) + threadIdx.x / TPR;
+    const int t = threadIdx.x % TPR;
+    if (row >= n) return; /* a block-held row: the whole block */
+    uint4 v[CH];
     float ss = 0;
 #pragma unroll
-    for (int c = 0; c < RMS_ROW_CH; c++) {
-        const int j = t * 8 + 256 * RMS_WARPS * c;
+    for (int c = 0; c < CH; c++) {
+        const int j = t * 8 + 8 * TPR * c;
         if (j < d) {
             v[c] = *(const uint4 *)(x + row * d + j);
             float f[8];
@@ -267,11 +179,11 @@ static __global__ void rmsnorm_fwd_row_kernel(bf16 *y, float *rstd, const bf16 *
             for (int e = 0; e < 8; e++) ss += f[e] * f[e];
         }
     }
-    const float r = rsqrtf(block_sum(ss, part) / (float)d + eps);
+    const float r = rsqrtf(row_sum<TPR>(ss, part) / (float)d + eps);
     if (t == 0) rstd[row] = r;
 #pragma unroll
-    for (int c = 0; c < RMS_ROW_CH; c++) {
-        const int j = t * 8 + 256 * RMS_WARPS * c;
+    for (int c = 0; c < CH; c++) {
+        const int j = t * 8 + 8 * TPR * c;
         if (j < d) {
             float f[8], fw[8];
             qlt_bf16x8_unpack(v[c], f);
@@ -283,17 +195,19 @@ static __global__ void rmsnorm_fwd_row_kernel(bf16 *y, float *rstd, const bf16 *
     }
 }
 
-static __global__ void rmsnorm_bwd_row_kernel(bf16 *dx, const bf16 *dy, const bf16 *x, const float *rstd, const float *w,
-                                              int d, float beta) {
+template <int CH, int TPR>
+static __global__ void rmsnorm_bwd_reg_kernel(bf16 *dx, const bf16 *dy, const bf16 *x, const float *rstd,
+                                              const float *w, int64_t n, int d, float beta) {
     __shared__ float part[RMS_WARPS];
-    const int64_t row = blockIdx.x;
-    const int t = threadIdx.x;
-    uint4 vx[RMS_ROW_CH], vd[RMS_ROW_CH];
+    const int64_t row = (int64_t)blockIdx.x * (32 * RMS_WARPS / TPR) + threadIdx.x / TPR;
+    const int t = threadIdx.x % TPR;
+    if (row >= n) return; /* a block-held row: the whole block */
+    uint4 vx[CH], vd[CH];
     const float r = rstd[row];
     float dot = 0;
 #pragma unroll
-    for (int c = 0; c < RMS_ROW_CH; c++) {
-        const int j = t * 8 + 256 * RMS_WARPS * c;
+    for (int c = 0; c < CH; c++) {
+        const int j = t * 8 + 8 * TPR * c;
         if (j < d) {
             vx[c] = *(const uint4 *)(x + row * d + j);
             vd[c] = *(const uint4 *)(dy + row * d + j);
@@ -305,15 +219,16 @@ static __global__ void rmsnorm_bwd_row_kernel(bf16 *dx, const bf16 *dy, const bf
             for (int e = 0; e < 8; e++) dot += fw[e] * fd[e] * fx[e];
         }
     }
-    const float cc = r * r * r * block_sum(dot, part) / (float)d;
+    const float cc = r * r * r * row_sum<TPR>(dot, part) / (float)d;
 #pragma unroll
-    for (int c = 0; c < RMS_ROW_CH; c++) {
-        const int j = t * 8 + 256 * RMS_WARPS * c;
+    for (int c = 0; c < CH; c++) {
+        const int j = t * 8 + 8 * TPR * c;
         if (j < d) {
             float fx[8], fd[8], fw[8], fo[8];
             qlt_bf16x8_unpack(vx[c], fx);
             qlt_bf16x8_unpack(vd[c], fd);
-            load8w_again(w + j, fw);
+            if (TPR > 32) load8w_again(w + j, fw);
+            else load8w(w + j, fw);
             if (beta != 0.0f) load8(dx + row * d + j, fo);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
@@ -355,14 +270,14 @@ void qlt_cuda_rmsnorm_fwd(qlt_backend *be, void *y, float *rstd, const void *x, 
     unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
     const int ch = rms_reg_chunks(d);
 #define RMS_FWD(CH)                                                                                          \
-    rmsnorm_fwd_reg_kernel<CH, false><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, nullptr, \
-                                                                      nullptr, w, n, (int)d, eps)
+    rmsnorm_fwd_reg_kernel<CH, 32, false><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, nullptr, \
+                                                                          nullptr, w, n, (int)d, eps)
     if (ch && rms_vec_ok(d, y, x, w))
         RMS_REG_DISPATCH(ch, RMS_FWD)
 #undef RMS_FWD
     else if (rms_by_block(d) && rms_vec_ok(d, y, x, w) && n < INT32_MAX)
-        rmsnorm_fwd_row_kernel<false><<<(unsigned)n, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, nullptr,
-                                                                             nullptr, w, (int)d, eps);
+        rmsnorm_fwd_reg_kernel<RMS_ROW_CH, 32 * RMS_WARPS, false><<<(unsigned)n, 32 * RMS_WARPS, 0, s>>>(
+            (bf16 *)y, rstd, (const bf16 *)x, nullptr, nullptr, w, n, (int)d, eps);
     else if (rms_vec_ok(d, y, x, x))
         rmsnorm_fwd_kernel<true, false><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)x, nullptr,
                                                                         nullptr, w, n, d, eps);
@@ -379,14 +294,14 @@ void qlt_cuda_add_rmsnorm_fwd(qlt_backend *be, void *sum, void *y, float *rstd, 
     unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
     const int ch = rms_reg_chunks(d);
 #define RMS_ADD(CH)                                                                                            \
-    rmsnorm_fwd_reg_kernel<CH, true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)a,           \
-                                                                     (const bf16 *)b, (bf16 *)sum, w, n, (int)d, eps)
+    rmsnorm_fwd_reg_kernel<CH, 32, true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)a,       \
+                                                                         (const bf16 *)b, (bf16 *)sum, w, n, (int)d, eps)
     if (ch && rms_vec_ok(d, y, a, b) && rms_vec_ok(d, sum, w, sum))
         RMS_REG_DISPATCH(ch, RMS_ADD)
 #undef RMS_ADD
     else if (rms_by_block(d) && rms_vec_ok(d, y, a, b) && rms_vec_ok(d, sum, w, sum) && n < INT32_MAX)
-        rmsnorm_fwd_row_kernel<true><<<(unsigned)n, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)a,
-                                                                            (const bf16 *)b, (bf16 *)sum, w, (int)d, eps);
+        rmsnorm_fwd_reg_kernel<RMS_ROW_CH, 32 * RMS_WARPS, true><<<(unsigned)n, 32 * RMS_WARPS, 0, s>>>(
+            (bf16 *)y, rstd, (const bf16 *)a, (const bf16 *)b, (bf16 *)sum, w, n, (int)d, eps);
     else if (rms_vec_ok(d, y, a, b) && rms_vec_ok(d, sum, sum, sum))
         rmsnorm_fwd_kernel<true, true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)y, rstd, (const bf16 *)a, (const bf16 *)b,
                                                                        (bf16 *)sum, w, n, d, eps);
@@ -403,14 +318,14 @@ void qlt_cuda_rmsnorm_bwd(qlt_backend *be, void *dx, const void *dy, const void 
     unsigned grid = (unsigned)((n + RMS_WARPS - 1) / RMS_WARPS);
     const int ch = rms_reg_chunks(d);
 #define RMS_BWD(CH)                                                                                          \
-    rmsnorm_bwd_reg_kernel<CH><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, \
-                                                               w, n, (int)d, beta)
+    rmsnorm_bwd_reg_kernel<CH, 32><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x,  \
+                                                                   rstd, w, n, (int)d, beta)
     if (ch && rms_vec_ok(d, dx, dy, x) && rms_vec_ok(d, w, w, w))
         RMS_REG_DISPATCH(ch, RMS_BWD)
 #undef RMS_BWD
     else if (rms_by_block(d) && rms_vec_ok(d, dx, dy, x) && rms_vec_ok(d, w, w, w) && n < INT32_MAX)
-        rmsnorm_bwd_row_kernel<<<(unsigned)n, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x,
-                                                                      rstd, w, (int)d, beta);
+        rmsnorm_bwd_reg_kernel<RMS_ROW_CH, 32 * RMS_WARPS><<<(unsigned)n, 32 * RMS_WARPS, 0, s>>>(
+            (bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, w, n, (int)d, beta);
     else if (rms_vec_ok(d, dx, dy, x))
         rmsnorm_bwd_kernel<true><<<grid, 32 * RMS_WARPS, 0, s>>>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, rstd, w,
                                                                  n, d, beta);
