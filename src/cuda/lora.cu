@@ -378,6 +378,14 @@ void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const ql
         }
     }
     const int64_t ld = fold_rows + k3r;
+    /* a stack's one GEMM over its gradient goes first: its K is so long that reading dx in its epilogue (beta 1)
+     * costs more than the adapters' second pass over dx (measured: gate+up at 7B, 8192 tokens). First of all:
+     * the fp16 / fp32 backward GEMMs use the conversion workspace, which holds T3 from du's pass on */
+    if (one_gradient) {
+        if (be->phase) be->phase(be, QLT_PHASE_BWD_GEMM);
+        qlt_cuda_linear_bwd_x(be, dx, sites[0].dy, w, k, n, dx_beta);
+        dx_beta = 1.0f;
+    }
     if (be->phase) be->phase(be, QLT_PHASE_LORA);
     lora_ws L = lora_prepare(be, sites, k, in, r, n, true);
     QLT_ASSERT(in * k3r * (int64_t)sizeof(float) <= (int64_t)impl->lora_acc_bytes);
@@ -398,12 +406,6 @@ void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const ql
                                    s));
         wpp = stack;
     }
-    /* a stack's one GEMM over its gradient goes first: its K is so long that reading dx in its epilogue (beta 1)
-     * costs more than the adapters' second pass over dx (measured: gate+up at 7B, 8192 tokens) */
-    if (one_gradient) {
-        qlt_cuda_linear_bwd_x(be, dx, sites[0].dy, w, k, n, dx_beta);
-        dx_beta = 1.0f;
-    }
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         int64_t tn = n - t0 < chunk ? n - t0 : chunk, col = 0;
         if (be->phase) be->phase(be, QLT_PHASE_LORA);
@@ -418,7 +420,7 @@ void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const ql
         qlt_cuda_gemm(be, 0, 0, tn, in, ld, 1.0f, yp, CUDA_R_16BF, ld, wpp, CUDA_R_16BF, in, dx_beta,
                       (bf16 *)dx + t0 * in, CUDA_R_16BF, in);
     }
-    /* the other wide outputs' GEMMs add onto dx */
+    /* the other wide outputs' GEMMs add onto dx (T3 is no longer needed when they use the conversion workspace) */
     if (!one_gradient)
         for (int j = 0; j < nw; j++)
             qlt_cuda_linear_bwd_x(be, dx, sites[wide_site[j]].dy, &w[wide_site[j]], 1, n, 1.0f);

@@ -772,12 +772,20 @@ static void check_linear_lora_bwd(gpu_rng *r) {
         for (int i = 0; i < 3; i++)
             if (shapes[s][4 + i]) outs[k++] = shapes[s][4 + i], total += shapes[s][4 + i];
         for (int i = 0; i < k; i++) folded += (!stacked || k == 1) && outs[i] * 4 <= in;
-        for (int variant = 0; variant < 4; variant++) { /* bit 0: NF4 weights, bit 1: dx beta 1 */
+        /* variant bits 0: NF4 weights, 1: dx beta 1; 2, 3: the fp16 / fp32 backward GEMMs (a folded single
+         * projection, the q/k/v-like group and the stack, NF4, beta 1: nothing folds into their adapters' GEMM,
+         * and their conversion workspace also carries the adapters' T3) */
+        const int precisions = s == 0 || s == 4 || s == 6;
+        for (int variant = 0; variant < (precisions ? 12 : 4); variant++) {
+            if (variant >= 4 && (variant & 3) != 3) continue;
             const int nf4 = variant & 1;
             const float beta = (variant & 2) ? 1.0f : 0.0f;
+            const qlt_backward_a mode = variant >= 8 ? QLT_BACKWARD_A_FP32 : variant >= 4 ? QLT_BACKWARD_A_FP16 : QLT_BACKWARD_A_BF16;
             char sh[128];
-            snprintf(sh, sizeof sh, "N%lld in%lld k%d out%lld r%d %s beta%d%s, %d folded", (long long)n, (long long)in, k,
-                     (long long)total, rk, nf4 ? "NF4" : "bf16", (int)beta, stacked && k > 1 ? " stack" : "", folded);
+            snprintf(sh, sizeof sh, "N%lld in%lld k%d out%lld r%d %s beta%d%s, %d folded%s", (long long)n, (long long)in,
+                     k, (long long)total, rk, nf4 ? "NF4" : "bf16", (int)beta, stacked && k > 1 ? " stack" : "",
+                     mode == QLT_BACKWARD_A_BF16 ? folded : 0,
+                     mode == QLT_BACKWARD_A_FP16 ? ", fp16 GEMMs" : mode == QLT_BACKWARD_A_FP32 ? ", fp32 GEMMs" : "");
             float *w[3], *a[3], *b[3], *ga[3], *gb[3], *ga_ref[3], *gb_ref[3];
             qlt_weight wt[3];
             const qlt_weight *wp[3];
@@ -814,7 +822,9 @@ static void check_linear_lora_bwd(gpu_rng *r) {
             }
             void *ddx = beta != 0.0f ? dbf16(dx0, n * in) : dpoison(2 * (size_t)(n * in));
             float *scr = dpoison(4 * (size_t)(n * k * rk));
+            G->backward_a = mode;
             G->linear_lora_bwd(G, ddx, beta, wp, k, stacked, gs, scr, df32(u, n * k * rk), dbf16(x, n * in), n, rk, scale);
+            G->backward_a = QLT_BACKWARD_A_BF16;
             float *gdx = hget_bf16(ddx, n * in), *gdu = hget_f32(scr, n * k * rk);
             row("linear_lora_bwd dx", sh, gdx, dx_ref, n * in, 1e-2);
             row("linear_lora_bwd du (fp32)", sh, gdu, du_ref, n * k * rk, 1e-4);
