@@ -8,19 +8,14 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include "probe_check.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(x)                                                                                 \
-    do {                                                                                         \
-        int e_ = (int)(x);                                                                       \
-        if (e_ != 0) {                                                                           \
-            fprintf(stderr, "gemm_beta_probe: %s failed (%d) at line %d\n", #x, e_, __LINE__); \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
+#define CHECK(x) PROBE_CHECK("gemm_beta_probe", x)
 
 typedef __nv_bfloat16 bf16;
 

@@ -8,20 +8,15 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include "probe_check.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(x)                                                                           \
-    do {                                                                                   \
-        int e_ = (int)(x);                                                                 \
-        if (e_ != 0) {                                                                     \
-            fprintf(stderr, "gemm_probe: %s failed (%d) at line %d\n", #x, e_, __LINE__); \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
+#define CHECK(x) PROBE_CHECK("gemm_probe", x)
 
 static __global__ void fill_kernel(__nv_bfloat16 *p, size_t n, unsigned seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
