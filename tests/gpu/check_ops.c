@@ -481,6 +481,21 @@ void check_linear(void) {
     }
 }
 
+/* the group's weights [outs_i, in] uploaded (NF4: the host copies replaced by their dequantized values) */
+static int group_weights(gpu_rng *r, qlt_weight *wt, const qlt_weight **wp, float **w, const int64_t *outs, int k,
+                         int64_t in, int nf4) {
+    for (int i = 0; i < k; i++) {
+        w[i] = hrand(r, outs[i] * in, 0.05f);
+        if (G->weight_create(G, &wt[i], w[i], QLT_DTYPE_F32, outs[i], in, nf4 ? 64 : 0, 1) != 0) {
+            gpu_check_fail("weight_create", qlt_error());
+            return -1;
+        }
+        if (nf4 && nf4_reference(w[i], outs[i], in)) return -1;
+        wp[i] = &wt[i];
+    }
+    return 0;
+}
+
 /* ---- linear over a stack of weights (gate+up, q/k/v shapes): one GEMM each way ---- */
 
 void check_linear_stack(void) {
@@ -501,15 +516,7 @@ void check_linear_stack(void) {
             float *x = hrand(&r, n * cols, 1.0f), *dy = hrand(&r, n * total, 1.0f), *w[3];
             qlt_weight wt[3];
             const qlt_weight *wp[3];
-            for (int i = 0; i < k; i++) {
-                w[i] = hrand(&r, rows[i] * cols, 0.05f);
-                if (G->weight_create(G, &wt[i], w[i], QLT_DTYPE_F32, rows[i], cols, nf4 ? 64 : 0, 1) != 0) {
-                    gpu_check_fail("weight_create", qlt_error());
-                    return;
-                }
-                if (nf4 && nf4_reference(w[i], rows[i], cols)) return;
-                wp[i] = &wt[i];
-            }
+            if (group_weights(&r, wt, wp, w, rows, k, cols, nf4) != 0) return;
             if (G->weight_stack_prepare(G, wp, k, 0) != 0) {
                 gpu_check_fail("weight_stack_prepare", qlt_error());
                 return;
@@ -664,21 +671,6 @@ void check_lora(void) {
  * Both against the CPU's linear ops followed by lora_fwd / lora_bwd. */
 
 static void check_linear_lora_bwd(gpu_rng *r);
-
-/* the group's weights [outs_i, in] uploaded (NF4: the host copies replaced by their dequantized values) */
-static int group_weights(gpu_rng *r, qlt_weight *wt, const qlt_weight **wp, float **w, const int64_t *outs, int k,
-                         int64_t in, int nf4) {
-    for (int i = 0; i < k; i++) {
-        w[i] = hrand(r, outs[i] * in, 0.05f);
-        if (G->weight_create(G, &wt[i], w[i], QLT_DTYPE_F32, outs[i], in, nf4 ? 64 : 0, 1) != 0) {
-            gpu_check_fail("weight_create", qlt_error());
-            return -1;
-        }
-        if (nf4 && nf4_reference(w[i], outs[i], in)) return -1;
-        wp[i] = &wt[i];
-    }
-    return 0;
-}
 
 void check_linear_lora(void) {
     if (!gpu()) return;
