@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench_attention_torch.py: times PyTorch's fused attention (SDPA, flash backend) forward and backward
+"""bench_attention_torch.py: times PyTorch's fused attention (SDPA, flash and cuDNN backends) forward and backward
 on the shapes of the qlt_gpu_check perf rows, so the ratio to qlora-train's kernel can be recorded.
 
 Shape: batch 4, seq 2048, heads 28 (query) / 4 (kv), head_dim 128, causal, bf16. GQA is handled by
@@ -49,31 +49,30 @@ def main():
     flops_fwd = 4.0 * B * H * S * S / 2 * D
     flops_bwd = 2.5 * flops_fwd
 
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        ctx = lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])
-    except ImportError:  # older torch
-        ctx = lambda: torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, enable_mem_efficient=False)
-
-    with ctx():
-        def fwd():
-            return F.scaled_dot_product_attention(q, ke, ve, is_causal=True)
-
-        out = fwd()
-
-        def bwd():
-            q.grad = ke.grad = ve.grad = None
-            out.backward(dout, retain_graph=True)
-
-        t_fwd = timed(fwd, a.iters)
-        t_bwd = timed(bwd, a.iters)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     t_rep = timed(lambda: k.repeat_interleave(H // KV, dim=1), a.iters)
     shape = f"B{B} S{S} H{H}/{KV} hd{D} causal"
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    print(f"| torch SDPA flash | {shape} | fwd {t_fwd:.3f} ms ({flops_fwd / t_fwd / 1e9:.1f} TFLOP/s) | "
-          f"bwd {t_bwd:.3f} ms ({flops_bwd / t_bwd / 1e9:.1f} TFLOP/s) | fwd+bwd "
-          f"{(flops_fwd + flops_bwd) / (t_fwd + t_bwd) / 1e9:.1f} TFLOP/s | repeat_kv {t_rep:.3f} ms (excluded) |")
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, cuDNN {torch.backends.cudnn.version()}")
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel([backend]):
+                def fwd():
+                    return F.scaled_dot_product_attention(q, ke, ve, is_causal=True)
 
+                out = fwd()
+
+                def bwd():
+                    q.grad = ke.grad = ve.grad = None
+                    out.backward(dout, retain_graph=True)
+
+                t_fwd = timed(fwd, a.iters)
+                t_bwd = timed(bwd, a.iters)
+        except RuntimeError as e:  # backend not available for this shape / build
+            print(f"| torch SDPA {name} | {shape} | not available: {str(e).splitlines()[0][:120]} |")
+            continue
+        print(f"| torch SDPA {name} | {shape} | fwd {t_fwd:.3f} ms ({flops_fwd / t_fwd / 1e9:.1f} TFLOP/s) | "
+              f"bwd {t_bwd:.3f} ms ({flops_bwd / t_bwd / 1e9:.1f} TFLOP/s) | fwd+bwd "
+              f"{(flops_fwd + flops_bwd) / (t_fwd + t_bwd) / 1e9:.1f} TFLOP/s | repeat_kv {t_rep:.3f} ms (excluded) |")
 
 if __name__ == "__main__":
     main()

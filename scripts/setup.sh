@@ -25,6 +25,12 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
 
+# cuDNN attention (CUDA builds): cudnn-frontend's headers from PyPI, best effort (without them the build
+# runs the own attention kernels everywhere).
+if command -v nvcc >/dev/null 2>&1 && [[ "${CMAKE_ARGS:-}" != *QLT_CUDA=OFF* ]]; then
+  scripts/fetch-cudnn-frontend.sh || true
+fi
+
 build_dir=${BUILD_DIR:-build}
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null

@@ -14,6 +14,9 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/rng.h"
+#ifdef QLT_HAVE_CUDA
+#include "cuda/backend_cuda.h"
+#endif
 #include "io/fileutil.h"
 #include "train/trainer.h"
 
@@ -140,6 +143,16 @@ static int run_bench(const bench_opts *o, const char *tmp) {
     /* graph mode reports each step one call later: record metrics by the step they belong to */
     int profile = be->profile_on && !t.graph_mode;
     qlt_clock_report clocks = {0};
+    /* which attention runs: cuDNN's where the CUDA backend takes the shape (bench rows are one example each) */
+    char attention[48] = "own kernels";
+#ifdef QLT_HAVE_CUDA
+    const qlt_model_config *mc_run = &t.model.cfg;
+    if (be->cudnn_version && qlt_cuda_attention_uses_cudnn(be, o->micro_batch, o->seq, mc_run->n_heads,
+                                                           mc_run->n_kv_heads, mc_run->head_dim,
+                                                           qlt_model_attn_scale(mc_run)))
+        snprintf(attention, sizeof attention, "cuDNN %d.%d.%d fused", be->cudnn_version / 10000,
+                 be->cudnn_version / 100 % 100, be->cudnn_version % 100);
+#endif
     for (int s = 0; s <= o->warmup + o->steps && rc == 0; s++) {
         qlt_step_metrics m;
         if (s == o->warmup && profile) be->profile_on(be, 1);
@@ -172,6 +185,7 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                    "\"gemm_peak_tflops\": %.1f, \"load_s\": %.3f, \"first_step_s\": %.3f, \"loss\": %.5f",
                    o->model, be->name, o->quant, o->micro_batch, o->seq, o->r, tokens_per_s, median, peak_gib, mfu,
                    peak_tflops, load_s, first_step_s, last_loss);
+            printf(", \"attention\": \"%s\"", attention);
             if (clocks.samples)
                 printf(", \"sm_mhz_median\": %.0f, \"sm_mhz_min\": %.0f, \"sm_mhz_max\": %.0f, \"power_w\": %.1f, "
                        "\"power_limit_w\": %.1f, \"power_capped_share\": %.3f",
@@ -184,8 +198,8 @@ static int run_bench(const bench_opts *o, const char *tmp) {
         } else {
             printf("model %s (%s, %.2fB linear params), %s backend, %s base, micro_batch %d x seq %d, LoRA r %d\n",
                    o->model, mc.arch_name, linear / 1e9, be->name, o->quant, o->micro_batch, o->seq, o->r);
-            printf("load (random init%s): %.2f s, first step %.3f s\n", strcmp(o->quant, "nf4") == 0 ? " + NF4" : "",
-                   load_s, first_step_s);
+            printf("load (random init%s): %.2f s, first step %.3f s; attention: %s\n",
+                   strcmp(o->quant, "nf4") == 0 ? " + NF4" : "", load_s, first_step_s, attention);
             printf("tokens/s %.0f   step %.1f ms (median of %d)   peak memory %.2f GiB", tokens_per_s, median * 1e3,
                    o->steps, peak_gib);
             if (peak_tflops > 0) printf("   MFU %.1f%% of %.0f TFLOP/s", 100 * mfu, peak_tflops);

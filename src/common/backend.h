@@ -90,6 +90,11 @@ struct qlt_backend {
     qlt_backward_a backward_a;
     int deterministic;    /* 1: bitwise-reproducible ops run to run (CUDA: the attention backward without
                            * atomics, slower); 0: the fastest kernels, last bits may vary (train.deterministic) */
+    int max_row_examples; /* most packed examples in one row of any batch this run will see (1: seg_start is
+                           * all 0); 0: unknown. The caller sets it before the first step; with 1 the CUDA
+                           * backend may run attention through cuDNN (no packed-example masking needed) */
+    int cudnn_version;    /* CUDA: the cuDNN (91900 = 9.19.0) whose fused attention runs where max_row_examples
+                           * is 1 and not deterministic; 0: none (not built in, not loadable, QLT_ATTENTION=own) */
     void *impl;           /* backend-private state */
 
     /* ---- memory (may allocate / synchronize; never called inside a step) ---- */
@@ -204,12 +209,14 @@ struct qlt_backend {
     void (*rope)(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n,
                  int n_heads, int head_dim, int inverse);
     /* Causal grouped-query attention with packed-example masking; out [N, n_heads*hd],
-     * lse float [N, n_heads] = log-sum-exp of the scaled scores (saved for backward). */
+     * lse float [N * n_heads] = log-sum-exp of the scaled scores (saved for backward), laid out [N, n_heads]
+     * except where the CUDA backend runs the pair through cuDNN ([batch, n_heads, seq]; see
+     * max_row_examples): only attention_bwd reads it. */
     void (*attention_fwd)(qlt_backend *be, void *out, float *lse, const void *q, const void *k,
                           const void *v, const int32_t *seg_start, int batch, int seq, int n_heads,
                           int n_kv_heads, int head_dim, float scale);
     /* dq, dk, dv overwritten. scratch: attention_bwd_scratch_bytes(...) bytes, starting with float
-     * [N, n_heads] = rowsum(dout * out). */
+     * [N, n_heads] = rowsum(dout * out) (the own kernels; cuDNN's attention uses it as its workspace). */
     void (*attention_bwd)(qlt_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                           const void *out, const float *lse, const void *q, const void *k, const void *v,
                           const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,

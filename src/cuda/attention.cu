@@ -27,6 +27,8 @@
 #include "cuda/attention_bwd_fused.h"
 #include "cuda/attention_fwd_wgmma.h"
 #include "cuda/attention_bwd_wgmma.h"
+#include "cuda/attention_cudnn.h"
+#include "cuda/backend_cuda.h"
 
 /* Pipelines: STAGES = 2 double-buffers the streamed tiles (the next tile's cp.async is in flight while
  * the current one is multiplied); STAGES = 1 loads then computes (set QLT_ATTN_STAGES=1 in the
@@ -588,11 +590,54 @@ static void attn_fwd_dispatch(cudaStream_t s, bf16 *out, float *lse, const bf16 
     else attn_fwd_launch<HD, 2>(s, out, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
 }
 
+/* cuDNN's fused attention takes a call when cuDNN is loaded and the run's rows hold at most
+ * QLT_CUDNN_MAX_SLOTS (16) examples that matter (be->max_row_examples, set from the data; every row gets that
+ * many sequences, most of them short or empty, so rows of many short examples stay on the own kernels, which
+ * skip the masked tiles as cheaply): with 1, dense causal
+ * attention over whole rows (the masking of a trailing example no loss is taken from changes no loss or
+ * gradient); with more, the ragged layout, each example its own sequence. QLT_CUDNN_RAGGED=1 in the
+ * environment takes the ragged layout for one example a row too (for measuring the two). A shape's forward
+ * and backward always take the same side: the dense lse layout ([B, H, S]) is not the own kernels' ([B*S, H]). */
+#define QLT_CUDNN_MAX_SLOTS 16
+
+#ifdef QLT_HAVE_CUDNN
+static qlt_cudnn_attn *attn_cudnn_for(qlt_backend *be, qlt_cudnn_attn_shape *sh, int batch, int seq, int n_heads,
+                                      int n_kv, int hd, float scale) {
+    const int most = be->max_row_examples;
+    if (most < 1 || most > QLT_CUDNN_MAX_SLOTS) return NULL;
+    static int force_ragged = -1;
+    if (force_ragged < 0) {
+        const char *e = getenv("QLT_CUDNN_RAGGED");
+        force_ragged = e && e[0] == '1';
+    }
+    *sh = (qlt_cudnn_attn_shape){batch, seq, n_heads, n_kv, hd, most == 1 && !force_ragged ? 0 : most,
+                                 be->deterministic, scale};
+    return cuda_impl_of(be)->cudnn;
+}
+#endif
+
+extern "C" int qlt_cuda_attention_uses_cudnn(qlt_backend *be, int batch, int seq, int n_heads, int n_kv_heads,
+                                             int head_dim, float scale) {
+#ifdef QLT_HAVE_CUDNN
+    qlt_cudnn_attn_shape sh;
+    if (be && strcmp(be->name, "cuda") == 0) {
+        qlt_cudnn_attn *a = attn_cudnn_for(be, &sh, batch, seq, n_heads, n_kv_heads, head_dim, scale);
+        if (a && qlt_cudnn_attn_usable(a, &sh)) return sh.slots ? 2 : 1;
+    }
+#endif
+    return 0;
+}
+
 void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
                             const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads, int head_dim,
                             float scale) {
     if (batch <= 0 || seq <= 0) return;
     attn_check_args(n_heads, n_kv_heads, q, k);
+#ifdef QLT_HAVE_CUDNN
+    qlt_cudnn_attn_shape sh;
+    qlt_cudnn_attn *dnn = attn_cudnn_for(be, &sh, batch, seq, n_heads, n_kv_heads, head_dim, scale);
+    if (dnn && qlt_cudnn_attn_fwd(dnn, &sh, out, lse, q, k, v, seg_start)) return;
+#endif
     cudaStream_t s = cuda_impl_of(be)->stream;
     bf16 *o = (bf16 *)out;
     const bf16 *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
@@ -698,6 +743,15 @@ void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float
                             float scale) {
     if (batch <= 0 || seq <= 0) return;
     attn_check_args(n_heads, n_kv_heads, q, k);
+#ifdef QLT_HAVE_CUDNN
+    qlt_cudnn_attn_shape sh;
+    qlt_cudnn_attn *dnn = attn_cudnn_for(be, &sh, batch, seq, n_heads, n_kv_heads, head_dim, scale);
+    if (dnn && qlt_cudnn_attn_bwd(dnn, &sh, dq, dk, dv, scratch,
+                                  qlt_cuda_attention_bwd_scratch_bytes(be, (int64_t)batch * seq, n_heads, n_kv_heads,
+                                                                       head_dim),
+                                  dout, out, lse, q, k, v, seg_start))
+        return;
+#endif
     cudaStream_t s = cuda_impl_of(be)->stream;
     int64_t rows = (int64_t)batch * seq * n_heads;
     const bool vec = (((uintptr_t)dout | (uintptr_t)out) & 15) == 0;

@@ -8,6 +8,7 @@
 
 extern "C" {
 #include "cuda/backend_cuda.h"
+#include "cuda/attention_cudnn.h"
 }
 
 /* Sizes of the allocations made through be->alloc, kept host-side (cudaMalloc pointers stay 256-byte
@@ -51,6 +52,14 @@ void qlt_cuda_free_tracked(qlt_backend *be, void *p, size_t bytes) {
     CUDA_CHECK(cudaFree(p));
     impl->mem_current -= bytes;
 }
+
+static void *cuda_alloc(qlt_backend *be, size_t bytes);
+
+#ifdef QLT_HAVE_CUDNN
+/* cuDNN attention's workspace, when the caller's scratch is too small: a recorded allocation (freed with the
+ * backend, counted in its peak) */
+static void *cudnn_workspace_alloc(void *ctx, size_t bytes) { return cuda_alloc((qlt_backend *)ctx, bytes); }
+#endif
 
 static void *cuda_alloc(qlt_backend *be, size_t bytes) {
     cuda_backend_box *box = (cuda_backend_box *)be->impl;
@@ -165,6 +174,9 @@ static void cuda_destroy(qlt_backend *be) {
     cuda_backend_box *box = (cuda_backend_box *)be->impl;
     cuda_impl *impl = &box->impl;
     cudaStreamSynchronize(impl->stream);
+#ifdef QLT_HAVE_CUDNN
+    qlt_cudnn_attn_destroy(impl->cudnn);
+#endif
     for (int i = 0; i < box->n_recs; i++) cudaFree(box->recs[i].p);
     free(box->recs);
     cudaFree(impl->conv);
@@ -214,6 +226,7 @@ extern "C" size_t qlt_cuda_peak_memory(qlt_backend *be) {
 extern "C" void *qlt_cuda_stream(qlt_backend *be) { return (void *)cuda_impl_of(be)->stream; }
 
 extern "C" void qlt_cuda_set_lora_dudb(qlt_backend *be, int mode) { cuda_impl_of(be)->lora_dudb = mode; }
+
 
 /* ---- profiling: events at phase changes, summed per phase when read ---- */
 
@@ -389,6 +402,10 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
      * micro-batch 4: 1.1% of the step, measured); without, cuBLAS picks kernels that need none and never
      * splits K over a workspace (the same results run to run). */
     CUBLAS_CHECK(cublasSetWorkspace(impl->blas, NULL, 0));
+#ifdef QLT_HAVE_CUDNN
+    impl->cudnn = qlt_cudnn_attn_create(impl->stream, cudnn_workspace_alloc, be);
+    be->cudnn_version = qlt_cudnn_attn_version(impl->cudnn);
+#endif
 
     be->alloc = cuda_alloc;
     be->free = cuda_free;

@@ -91,6 +91,7 @@ typedef struct cuda_impl {
     cuda_bias_copy *bias_copies;          /* linear.cu: bf16 copies of the biases (bias_prepare) */
     int n_bias_copies, cap_bias_copies;
     struct qlt_clock_monitor *monitor;    /* clock_monitor.cu: sampling between clock_monitor on / off */
+    struct qlt_cudnn_attn *cudnn;         /* attention_cudnn.cpp: NULL when cuDNN is not built in or not loaded */
 } cuda_impl;
 
 #define QLT_CUDA_PROFILE_EVENTS 8192

@@ -297,6 +297,22 @@ int qlt_dataset_split(qlt_dataset *train, qlt_dataset *eval, float fraction, uin
     return 0;
 }
 
+int qlt_dataset_max_row_examples(const qlt_dataset *ds) {
+    int most = 0;
+    for (int64_t r = 0; r < ds->n_rows; r++) {
+        const int32_t *seg = ds->seg_start + r * ds->seq_len, *lab = ds->labels + r * ds->seq_len;
+        /* the loss at token t predicts lab[t + 1]: an example starting at p matters when a label follows p */
+        int last_label = -1; /* the last index t >= 1 with lab[t] != -100 */
+        for (int t = ds->seq_len - 1; t >= 1 && last_label < 0; t--)
+            if (lab[t] != -100) last_label = t;
+        int count = 1; /* the row's first example always counts */
+        for (int p = 1; p < ds->seq_len && p < last_label; p++)
+            if (seg[p] == p) count++;
+        if (count > most) most = count;
+    }
+    return most;
+}
+
 void qlt_dataset_free(qlt_dataset *ds) {
     free(ds->input_ids);
     free(ds->labels);

@@ -38,6 +38,11 @@ int qlt_dataset_build(qlt_dataset *ds, const qlt_config *cfg, const qlt_path_lis
                       const char *model_dir, const char *cache_dir);
 /* Splits off the last `fraction` of rows (at least one row when fraction > 0) into *eval. */
 int qlt_dataset_split(qlt_dataset *train, qlt_dataset *eval, float fraction, uint64_t seed);
+/* The most examples whose attention masking matters in one row: the examples of a row, less a trailing run
+ * of examples no loss is taken from (the padding of data.packing: false). Masking those away changes
+ * nothing that reaches the loss or a gradient: attention is causal, so only tokens at or after an example's
+ * start see the change, and none of them has a label after it. 0 for an empty dataset. */
+int qlt_dataset_max_row_examples(const qlt_dataset *ds);
 void qlt_dataset_free(qlt_dataset *ds);
 
 #endif

@@ -11,6 +11,9 @@
 #include "common/counter_hash.h"
 #include "common/error.h"
 #include "common/rng.h"
+#ifdef QLT_HAVE_CUDA
+#include "cuda/backend_cuda.h"
+#endif
 #include "io/fileutil.h"
 #include "model/forward.h"
 #include "train/checkpoint.h"
@@ -202,6 +205,10 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     fprintf(stderr, "qlora-train: model loaded in %.2f s (%s%s)\n", now_seconds() - load_start, t->model.cfg.arch_name,
             t->model.quantized ? ", NF4" : "");
     if (load_datasets(t, mode) != 0) goto fail;
+    {   /* lets the backend drop packed-example masking where no batch needs it (CUDA: cuDNN's attention) */
+        int train_most = qlt_dataset_max_row_examples(&t->train), eval_most = qlt_dataset_max_row_examples(&t->eval);
+        t->be->max_row_examples = train_most > eval_most ? train_most : eval_most;
+    }
     /* graphs: every micro-batch of a step has its own buffers (the captured step reads fixed addresses) */
     t->graph_mode = mode == QLT_TRAINER_TRAIN && (cfg->train.cuda_graph || getenv_flag("CUDA_GRAPH"));
     if (t->graph_mode && !t->be->capture_begin) {
@@ -233,6 +240,19 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         goto fail;
     }
     if (plan_graph(t, mode) != 0) goto fail;
+#ifdef QLT_HAVE_CUDA
+    if (t->be->cudnn_version) { /* says which attention runs (building cuDNN's plans here, before any capture) */
+        const qlt_model_config *mc = &t->model.cfg;
+        int cudnn = qlt_cuda_attention_uses_cudnn(t->be, t->micro_batch, t->seq, mc->n_heads, mc->n_kv_heads,
+                                                  mc->head_dim, qlt_model_attn_scale(mc));
+        if (cudnn == 2)
+            fprintf(stderr, "qlora-train: attention: cuDNN fused, ragged (up to %d examples a row)\n",
+                    t->be->max_row_examples);
+        else
+            fprintf(stderr, "qlora-train: attention: %s\n",
+                    cudnn ? "cuDNN fused (one example a row)" : "own kernels");
+    }
+#endif
     if (mode == QLT_TRAINER_TRAIN) {
         int64_t rows_per_step = (int64_t)t->micro_batch * t->grad_accum;
         if (t->train.n_rows < rows_per_step) {

@@ -868,40 +868,71 @@ void check_attention(void) {
         qlt_cpu_attention_fwd(o_ref, lse_ref, q, k, v, seg, A->batch, A->seq, A->heads, A->kv, A->hd, scale);
         void *dq_ = dbf16(q, qn), *dk_ = dbf16(k, kn), *dv_ = dbf16(v, kn);
         int32_t *dseg = di32(seg, n);
-        void *dout_ = dpoison(2 * (size_t)qn);
-        float *dlse = dpoison(4 * (size_t)(n * A->heads));
-        G->attention_fwd(G, dout_, dlse, dq_, dk_, dv_, dseg, A->batch, A->seq, A->heads, A->kv, A->hd, scale);
-        float *o = hget_bf16(dout_, qn), *l = hget_f32(dlse, n * A->heads);
-        row("attention_fwd out", sh, o, o_ref, qn, 1e-2);
-        row("attention_fwd lse", sh, l, lse_ref, n * A->heads, 1e-4);
         /* backward on the reference forward's outputs (out rounded to bf16 for both sides) */
-        for (int64_t i = 0; i < qn; i++) o_ref[i] = bfr(o_ref[i]);
+        float *o_bf = malloc(sizeof(float) * (size_t)qn);
+        for (int64_t i = 0; i < qn; i++) o_bf[i] = bfr(o_ref[i]);
         float *dq_ref = malloc(sizeof(float) * (size_t)qn), *dk_ref = malloc(sizeof(float) * (size_t)kn),
               *dv_ref = malloc(sizeof(float) * (size_t)kn), *scr = malloc(sizeof(float) * (size_t)(n * A->heads));
-        qlt_cpu_attention_bwd(dq_ref, dk_ref, dv_ref, scr, dout, o_ref, lse_ref, q, k, v, seg, A->batch, A->seq, A->heads,
+        qlt_cpu_attention_bwd(dq_ref, dk_ref, dv_ref, scr, dout, o_bf, lse_ref, q, k, v, seg, A->batch, A->seq, A->heads,
                               A->kv, A->hd, scale);
-        /* both backwards: the one-pass kernel (atomic dQ; head_dim 64 and 128) and the deterministic one */
-        void *ddout = dbf16(dout, qn), *dout_ref = dbf16(o_ref, qn);
-        float *dlse_ref = df32(lse_ref, n * A->heads);
-        for (int det = 0; det <= 1; det++) {
-            G->deterministic = det;
-            char shd[80];
-            snprintf(shd, sizeof shd, "%s%s", sh, det ? " deterministic" : "");
-            void *gq = dpoison(2 * (size_t)qn), *gk = dpoison(2 * (size_t)kn), *gv = dpoison(2 * (size_t)kn);
-            float *gscr = dpoison(G->attention_bwd_scratch_bytes(G, n, A->heads, A->kv, A->hd));
-            G->attention_bwd(G, gq, gk, gv, gscr, ddout, dout_ref, dlse_ref, dq_, dk_, dv_, dseg, A->batch, A->seq,
-                             A->heads, A->kv, A->hd, scale);
-            float *hq = hget_bf16(gq, qn), *hk = hget_bf16(gk, kn), *hv = hget_bf16(gv, kn),
-                  *hs = hget_f32(gscr, n * A->heads);
-            row("attention_bwd dq", shd, hq, dq_ref, qn, 2e-2);
-            row("attention_bwd dk", shd, hk, dk_ref, kn, 2e-2);
-            row("attention_bwd dv", shd, hv, dv_ref, kn, 2e-2);
-            row("attention_bwd D", shd, hs, scr, n * A->heads, 1e-4);
-            free(hq), free(hk), free(hv), free(hs);
+        void *ddout = dbf16(dout, qn), *dout_ref = dbf16(o_bf, qn);
+        /* lse as the own kernels keep it, [N, H], and as cuDNN's does, [B, H, S] */
+        float *lse_bhs = malloc(sizeof(float) * (size_t)(n * A->heads));
+        for (int b = 0; b < A->batch; b++)
+            for (int t = 0; t < A->seq; t++)
+                for (int h = 0; h < A->heads; h++)
+                    lse_bhs[((int64_t)b * A->heads + h) * A->seq + t] = lse_ref[((int64_t)b * A->seq + t) * A->heads + h];
+        float *dlse_ref[2] = {df32(lse_ref, n * A->heads), df32(lse_bhs, n * A->heads)};
+        /* the own kernels (via 0), then cuDNN's fused attention where it is loaded and takes the shape: with
+         * max_row_examples as the data gives it (1: dense; more: ragged, an example a sequence), and for one
+         * example a row also ragged with 2 slots a row (one left empty) */
+        int most = 0;
+        for (int b = 0; b < A->batch; b++) {
+            int c = 0;
+            for (int t = 0; t < A->seq; t++) c += seg[(int64_t)b * A->seq + t] == t;
+            most = c > most ? c : most;
         }
+        for (int det = 0; det <= 1; det++) {
+            for (int via = 0; via <= (most == 1 ? 2 : 1); via++) {
+                G->deterministic = det;
+                G->max_row_examples = via == 0 ? 0 : via == 1 ? most : 2;
+                const int kind = via ? qlt_cuda_attention_uses_cudnn(G, A->batch, A->seq, A->heads, A->kv, A->hd, scale) : 0;
+                if (via && !kind) continue;
+                char shv[96];
+                snprintf(shv, sizeof shv, "%s%s%s", sh, kind == 1 ? " cudnn" : kind == 2 ? " cudnn ragged" : "",
+                         det ? " deterministic" : "");
+                void *dout_ = dpoison(2 * (size_t)qn);
+                float *dlse = dpoison(4 * (size_t)(n * A->heads));
+                G->attention_fwd(G, dout_, dlse, dq_, dk_, dv_, dseg, A->batch, A->seq, A->heads, A->kv, A->hd, scale);
+                if (!det) { /* the forward does not depend on det */
+                    float *o = hget_bf16(dout_, qn), *l = hget_f32(dlse, n * A->heads);
+                    row("attention_fwd out", shv, o, o_ref, qn, 1e-2);
+                    row("attention_fwd lse", shv, l, kind == 1 ? lse_bhs : lse_ref, n * A->heads, 1e-4);
+                    free(o), free(l);
+                }
+                /* the backward on the reference forward's outputs: the own one-pass kernel (atomic dQ; head_dim 64
+                 * and 128) or cuDNN's, and with det the deterministic ones */
+                void *gq = dpoison(2 * (size_t)qn), *gk = dpoison(2 * (size_t)kn), *gv = dpoison(2 * (size_t)kn);
+                float *gscr = dpoison(G->attention_bwd_scratch_bytes(G, n, A->heads, A->kv, A->hd));
+                G->attention_bwd(G, gq, gk, gv, gscr, ddout, dout_ref, dlse_ref[kind == 1], dq_, dk_, dv_, dseg, A->batch,
+                                 A->seq, A->heads, A->kv, A->hd, scale);
+                float *hq = hget_bf16(gq, qn), *hk = hget_bf16(gk, kn), *hv = hget_bf16(gv, kn);
+                row("attention_bwd dq", shv, hq, dq_ref, qn, 2e-2);
+                row("attention_bwd dk", shv, hk, dk_ref, kn, 2e-2);
+                row("attention_bwd dv", shv, hv, dv_ref, kn, 2e-2);
+                if (!kind) { /* D = rowsum(dO O) is the own kernels' (cuDNN's workspace is its own) */
+                    float *hs = hget_f32(gscr, n * A->heads);
+                    row("attention_bwd D", shv, hs, scr, n * A->heads, 1e-4);
+                    free(hs);
+                }
+                free(hq), free(hk), free(hv);
+            }
+        }
+        G->max_row_examples = 0;
+        free(o_bf), free(lse_bhs);
         G->deterministic = 0;
         dfree_all();
-        free(seg), free(q), free(k), free(v), free(dout), free(o_ref), free(lse_ref), free(o), free(l);
+        free(seg), free(q), free(k), free(v), free(dout), free(o_ref), free(lse_ref);
         free(dq_ref), free(dk_ref), free(dv_ref), free(scr);
     }
 }
@@ -1078,8 +1109,18 @@ void check_graph_capture(void) {
     cudaStream_t st = (cudaStream_t)qlt_cuda_stream(G);
     /* deterministic ops: the replay is bit-identical; the default one-pass attention backward adds dQ with
      * atomics in a varying order, so dQ may differ in its last bits (dK, dV and the loss may not) */
+    int most = 0; /* examples in the fullest row: the ragged slots cuDNN's attention takes (via 1) */
+    for (int bb = 0; bb < B; bb++) {
+        int c = 0;
+        for (int t = 0; t < S; t++) c += seg[(int64_t)bb * S + t] == t;
+        most = c > most ? c : most;
+    }
+    for (int via = 0; via <= 1; via++) {
     for (int det = 1; det >= 0; det--) {
     G->deterministic = det;
+    G->max_row_examples = via ? most : 0;
+    const int kind = qlt_cuda_attention_uses_cudnn(G, B, S, H, KV, HD, 1.0f / 8.0f);
+    if (via && !kind) continue;
     for (int pass = 0; pass < 2; pass++) { /* pass 0 eager, pass 1 captured and replayed */
         G->upload(G, dsc, &sc0, sizeof sc0);
         cudaGraph_t graph = NULL;
@@ -1116,15 +1157,19 @@ void check_graph_capture(void) {
         if (exec) cudaGraphExecDestroy(exec);
         if (graph) cudaGraphDestroy(graph);
     }
-    const char *sh = det ? "B2 S128 H4/2 hd64 V512 deterministic" : "B2 S128 H4/2 hd64 V512";
+    char sh[96];
+    snprintf(sh, sizeof sh, "B2 S128 H4/2 hd64 V512%s%s", kind ? " cudnn ragged" : "", det ? " deterministic" : "");
     gpu_check_row("graph replay == eager loss", sh, fabs((double)losses[0] - losses[1]), 0.0, "abs");
+    /* cuDNN's non-deterministic backward may also sum GQA's dK / dV with atomics */
     row("graph replay == eager dq", sh, results[1][0], results[0][0], n * D, det ? 0.0 : 1e-3);
-    row("graph replay == eager dk", sh, results[1][1], results[0][1], n * KV * HD, 0.0);
-    row("graph replay == eager dv", sh, results[1][2], results[0][2], n * KV * HD, 0.0);
+    row("graph replay == eager dk", sh, results[1][1], results[0][1], n * KV * HD, det || !kind ? 0.0 : 1e-3);
+    row("graph replay == eager dv", sh, results[1][2], results[0][2], n * KV * HD, det || !kind ? 0.0 : 1e-3);
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 3; j++) free(results[i][j]);
     }
+    }
     G->deterministic = 0;
+    G->max_row_examples = 0;
     G->weight_free(G, &wq), G->weight_free(G, &wk), G->weight_free(G, &wv), G->weight_free(G, &wh);
     dfree_all();
     free(x), free(w), free(wl), free(a), free(b), free(nw), free(seg), free(tg);
@@ -1147,11 +1192,24 @@ static void perf_attention(gpu_rng *rp, int B) {
     int32_t *dseg = di32(seg, n);
     float scale = 1.0f / sqrtf((float)HD);
     double flops_fwd = 4.0 * B * H * (double)S * S / 2 * HD, flops_bwd = 2.5 * flops_fwd;
-    for (int packed = 0; packed <= 1; packed++) {
-        if (packed) {
+    /* variants: causal (own kernels; cuDNN dense; cuDNN ragged with 2 slots a row, one empty), then packed
+     * examples of up to 512 tokens (own kernels; cuDNN ragged) */
+    static const char *variant_name[] = {"causal", "causal cudnn", "causal cudnn ragged", "packed",
+                                         "packed cudnn ragged"};
+    for (int variant = 0; variant < 5; variant++) {
+        const int packed = variant >= 3;
+        if (variant == 3) {
             make_segments(seg, &r, B, S, 512);
             G->upload(G, dseg, seg, sizeof(int32_t) * (size_t)n);
         }
+        int most = 0;
+        for (int b = 0; b < B; b++) {
+            int c = 0;
+            for (int t = 0; t < S; t++) c += seg[(int64_t)b * S + t] == t;
+            most = c > most ? c : most;
+        }
+        G->max_row_examples = variant == 1 ? 1 : variant == 2 ? 2 : variant == 4 ? most : 0;
+        if (G->max_row_examples && qlt_cuda_attention_uses_cudnn(G, B, S, H, KV, HD, scale) == 0) continue;
         double tf = 0, tb = 0;
         for (int it = 0; it < 12; it++) {
             G->sync(G);
@@ -1166,7 +1224,7 @@ static void perf_attention(gpu_rng *rp, int B) {
         }
         tf /= 10, tb /= 10;
         char sh[64];
-        snprintf(sh, sizeof sh, "B%d S2048 H28/4 hd128 %s", B, packed ? "packed" : "causal");
+        snprintf(sh, sizeof sh, "B%d S2048 H28/4 hd128 %s", B, variant_name[variant]);
         gpu_check_perf("attention_fwd ms", sh, tf * 1e3, "ms");
         gpu_check_perf("attention_bwd ms", sh, tb * 1e3, "ms");
         if (!packed) {
@@ -1175,22 +1233,28 @@ static void perf_attention(gpu_rng *rp, int B) {
             gpu_check_perf("attention fwd+bwd TFLOP/s", sh, (flops_fwd + flops_bwd) / (tf + tb) / 1e12, "TFLOP/s");
         }
     }
-    /* the deterministic (two-kernel) backward, causal */
+    /* the deterministic backward, causal: the own two-kernel one, and cuDNN's (dense) */
     memset(seg, 0, sizeof(int32_t) * (size_t)n);
     G->upload(G, dseg, seg, sizeof(int32_t) * (size_t)n);
     G->deterministic = 1;
-    double tb = 0;
-    for (int it = 0; it < 12; it++) {
-        G->sync(G);
-        double t1 = now_s();
-        G->attention_bwd(G, dq, dk, dv, scr, dout, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale);
-        G->sync(G);
-        if (it >= 2) tb += now_s() - t1;
+    for (int cudnn = 0; cudnn <= 1; cudnn++) {
+        G->max_row_examples = cudnn;
+        if (cudnn && qlt_cuda_attention_uses_cudnn(G, B, S, H, KV, HD, scale) == 0) continue;
+        G->attention_fwd(G, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale); /* lse in the layout the side keeps */
+        double tb = 0;
+        for (int it = 0; it < 12; it++) {
+            G->sync(G);
+            double t1 = now_s();
+            G->attention_bwd(G, dq, dk, dv, scr, dout, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale);
+            G->sync(G);
+            if (it >= 2) tb += now_s() - t1;
+        }
+        char shd[64];
+        snprintf(shd, sizeof shd, "B%d S2048 H28/4 hd128 causal%s deterministic", B, cudnn ? " cudnn" : "");
+        gpu_check_perf("attention_bwd ms", shd, tb / 10 * 1e3, "ms");
     }
     G->deterministic = 0;
-    char shd[64];
-    snprintf(shd, sizeof shd, "B%d S2048 H28/4 hd128 causal deterministic", B);
-    gpu_check_perf("attention_bwd ms", shd, tb / 10 * 1e3, "ms");
+    G->max_row_examples = 0;
     dfree_all();
     free(h), free(seg);
     *rp = r;

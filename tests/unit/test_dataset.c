@@ -87,6 +87,8 @@ Test(dataset, text_packed) {
     cr_assert_eq(ds.n_label_tokens, 6);
     cr_assert_eq(ds.n_truncated, 0);
     cr_assert_eq(ds.pad_id, EOS);
+    /* row 0's second example has a label after its start (72): two examples matter there */
+    cr_assert_eq(qlt_dataset_max_row_examples(&ds), 2);
     qlt_dataset_free(&ds);
     free(path);
 }
@@ -102,8 +104,29 @@ Test(dataset, text_padded) {
     expect_row(&ds, 1, (int32_t[]){39, 72, EOS, EOS, EOS, EOS, EOS, EOS}, (int32_t[]){X, 72, EOS, X, X, X, X, X},
                (int32_t[]){0, 0, 0, 3, 3, 3, 3, 3});
     cr_assert_eq(ds.n_tokens, 9);
+    /* the padding is an example of its own, but no loss follows its start: one example a row matters */
+    cr_assert_eq(qlt_dataset_max_row_examples(&ds), 1);
     qlt_dataset_free(&ds);
     free(path);
+}
+
+/* Which examples' masking matters (qlt_dataset_max_row_examples) on hand-made rows of 6 tokens: an example
+ * counts when a label follows its first token (the loss at t predicts labels[t + 1]). */
+Test(dataset, max_row_examples_counts_examples_a_loss_follows) {
+    int32_t seg[3][6] = {{0, 0, 2, 2, 4, 4}, {0, 0, 2, 2, 4, 4}, {0, 0, 0, 3, 3, 3}};
+    int32_t lab[3][6] = {{X, 5, X, 7, X, 9}, /* three examples, each with a label after its start */
+                         {X, 5, X, 7, 8, X}, /* the third example's only label is its first token */
+                         {X, X, X, X, X, X}}; /* no label at all: the row still holds one example */
+    qlt_dataset ds = {.n_rows = 1, .seq_len = 6};
+    int want[3] = {3, 2, 1};
+    for (int r = 0; r < 3; r++) {
+        ds.seg_start = seg[r], ds.labels = lab[r];
+        cr_assert_eq(qlt_dataset_max_row_examples(&ds), want[r], "row %d", r);
+    }
+    ds.n_rows = 3, ds.seg_start = &seg[0][0], ds.labels = &lab[0][0];
+    cr_assert_eq(qlt_dataset_max_row_examples(&ds), 3);
+    ds.n_rows = 0;
+    cr_assert_eq(qlt_dataset_max_row_examples(&ds), 0);
 }
 
 Test(dataset, truncation_is_counted) {
