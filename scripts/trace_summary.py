@@ -14,7 +14,7 @@ import sys
 PARTS = [
     ("nvjet_sm90_tss", "LoRA's small GEMMs (x A^T, dA, dB / du by cuBLAS)"),
     ("nvjet", "cuBLAS GEMMs (frozen weights, folded adapters, the adapters' products, lm_head)"),
-    ("attn", "attention (forward, backward, D, dQ conversion, GQA sum)"),
+    ("attn|sdpa|cudnn|flash", "attention (forward, backward, D, dQ conversion, GQA sum; cuDNN's SDPA)"),
     ("nf4_", "NF4 dequantization"),
     ("swiglu", "SwiGLU forward + backward"),
     ("lora_dudb|dudb_reduce|prep_kernel|sum_halves|sum_first_two|fold_b|split3", "LoRA's own kernels (du / dB pass, reduces, operand prep)"),

@@ -254,10 +254,14 @@ extern "C" qlt_cudnn_attn *qlt_cudnn_attn_create(cudaStream_t stream, void *(*al
     if (want && strcmp(want, "own") == 0) return nullptr;
     const bool verbose = want && strcmp(want, "cudnn") == 0;
     if (!fe::cudnn_dlhandle) {
-        fe::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+        /* QLT_CUDNN_LIBRARY names a particular libcudnn.so.9 (e.g. a newer one from a pip wheel) */
+        const char *lib = getenv("QLT_CUDNN_LIBRARY");
+        if (!lib || !lib[0]) lib = "libcudnn.so.9";
+        fe::cudnn_dlhandle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
         if (!fe::cudnn_dlhandle) {
-            if (verbose) fprintf(stderr, "qlora-train: QLT_ATTENTION=cudnn but libcudnn.so.9 cannot be loaded (%s); "
-                                         "using the own attention kernels\n", dlerror());
+            if (verbose || getenv("QLT_CUDNN_LIBRARY"))
+                fprintf(stderr, "qlora-train: %s cannot be loaded (%s); using the own attention kernels\n", lib,
+                        dlerror());
             return nullptr;
         }
     }

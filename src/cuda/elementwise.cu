@@ -52,15 +52,19 @@ static __global__ void rope_kernel(bf16 *x, const int32_t *pos, const float *inv
 }
 
 /* Four pairs a thread (8-byte loads and stores of i..i+3 and i+half..i+half+3) when half % 4 == 0 and x is
- * 8-byte aligned; the same angle and arithmetic per element as rope_kernel. */
+ * 8-byte aligned, for heads_per of the token's heads (the angles computed once for them); the same angle and
+ * arithmetic per element as rope_kernel. Splitting the heads over threads keeps enough loads in flight at
+ * micro-batch 1 (one thread for all 28 heads of a token left 32K threads for the GPU). */
 static __global__ void rope4_kernel(bf16 *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
-                                    int head_dim, int inverse) {
-    const int half = head_dim / 2, quads = half / 4;
-    const int64_t total = n * quads;
+                                    int head_dim, int inverse, int heads_per) {
+    const int half = head_dim / 2, quads = half / 4, groups = (heads + heads_per - 1) / heads_per;
+    const int64_t total = n * quads * groups;
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = idx / quads;
-        const int i = (int)(idx - t * quads) * 4;
+        const int64_t tq = idx / groups;
+        const int group = (int)(idx - tq * groups);
+        const int64_t t = tq / quads;
+        const int i = (int)(tq - t * quads) * 4;
         float sn[4], cs[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
@@ -68,7 +72,8 @@ static __global__ void rope4_kernel(bf16 *x, const int32_t *pos, const float *in
             if (inverse) sn[e] = -sn[e];
         }
         bf16 *row = x + t * (int64_t)heads * head_dim;
-        for (int h = 0; h < heads; h++) {
+        const int h_end = min(heads, (group + 1) * heads_per);
+        for (int h = group * heads_per; h < h_end; h++) {
             bf16 *xh = row + (int64_t)h * head_dim;
             uint2 ra = *(const uint2 *)(xh + i), rb = *(const uint2 *)(xh + i + half);
             const __nv_bfloat162 *pa = (const __nv_bfloat162 *)&ra, *pb = (const __nv_bfloat162 *)&rb;
@@ -96,9 +101,11 @@ void qlt_cuda_rope(qlt_backend *be, void *x, const int32_t *pos, const float *in
                    int head_dim, int inverse) {
     if (n <= 0) return;
     cudaStream_t s = cuda_impl_of(be)->stream;
-    if ((head_dim / 2) % 4 == 0 && ((uintptr_t)x & 7) == 0)
-        rope4_kernel<<<qlt_grid(n * (head_dim / 8), 256), 256, 0, s>>>((bf16 *)x, pos, inv_freq, n, heads, head_dim,
-                                                                        inverse);
+    if ((head_dim / 2) % 4 == 0 && ((uintptr_t)x & 7) == 0) {
+        const int heads_per = 4, groups = (heads + heads_per - 1) / heads_per;
+        rope4_kernel<<<qlt_grid(n * (head_dim / 8) * groups, 256), 256, 0, s>>>((bf16 *)x, pos, inv_freq, n, heads,
+                                                                                 head_dim, inverse, heads_per);
+    }
     else
         rope_kernel<<<qlt_grid(n * (head_dim / 2), 256), 256, 0, s>>>((bf16 *)x, pos, inv_freq, n, heads, head_dim,
                                                                        inverse);
