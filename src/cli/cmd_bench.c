@@ -23,14 +23,15 @@
 typedef struct bench_opts {
     const char *model;
     int micro_batch, seq, steps, warmup, r;
-    const char *quant, *device, *backward_a, *grad_checkpoint;
+    const char *quant, *device, *backward_a, *grad_checkpoint, *attention;
     int cuda_graph, deterministic, json;
 } bench_opts;
 
 static void usage(void) {
     printf("usage: qlora-train bench --model CONFIG.json [--micro-batch 4] [--seq 2048] [--steps 10] [--warmup 3]\n"
            "                         [--r 16] [--quant nf4|none] [--device auto|cpu|cuda] [--backward-a bf16|fp16|fp32]\n"
-           "                         [--grad-checkpoint none|layer|auto] [--cuda-graph] [--deterministic] [--json]\n\n"
+           "                         [--grad-checkpoint none|layer|auto] [--attention auto|own|cudnn] [--cuda-graph]\n"
+           "                         [--deterministic] [--json]\n\n"
            "Trains LoRA (all seven projections, alpha = 2r) on a random-weight model of CONFIG.json with random\n"
            "tokens; prints tokens/s (median step), peak memory, MFU (4 x linear params x tokens/s over the measured\n"
            "bf16 GEMM peak) and where the time goes.\n");
@@ -44,7 +45,8 @@ static double now_s(void) {
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){.micro_batch = 4, .seq = 2048, .steps = 10, .warmup = 3, .r = 16, .quant = "nf4",
-                      .device = "auto", .backward_a = "bf16", .grad_checkpoint = "none"};
+                      .device = "auto", .backward_a = "bf16", .grad_checkpoint = "none",
+                      .attention = "auto"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--cuda-graph") == 0) { o->cuda_graph = 1; continue; }
@@ -62,6 +64,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         else if (strcmp(a, "--device") == 0) o->device = v;
         else if (strcmp(a, "--backward-a") == 0) o->backward_a = v;
         else if (strcmp(a, "--grad-checkpoint") == 0) o->grad_checkpoint = v;
+        else if (strcmp(a, "--attention") == 0) o->attention = v;
         else return qlt_fail("unknown option '%s' (see qlora-train bench --help)", a);
     }
     if (!o->model) return qlt_fail("--model CONFIG.json is required (e.g. a Hugging Face config.json)");
@@ -122,6 +125,7 @@ static int run_bench(const bench_opts *o, const char *tmp) {
              set_fmt(&cfg, "train.grad_checkpoint=%s", o->grad_checkpoint) ||
              set_fmt(&cfg, "train.cuda_graph=%s", o->cuda_graph ? "true" : "false") ||
              set_fmt(&cfg, "train.deterministic=%s", o->deterministic ? "true" : "false") ||
+             set_fmt(&cfg, "train.attention=%s", o->attention) ||
              set_fmt(&cfg, "output.dir=%s", tmp) || qlt_config_validate(&cfg)
                  ? -1
                  : 0;

@@ -90,6 +90,7 @@ struct qlt_backend {
     qlt_backward_a backward_a;
     int deterministic;    /* 1: bitwise-reproducible ops run to run (CUDA: the attention backward without
                            * atomics, slower); 0: the fastest kernels, last bits may vary (train.deterministic) */
+    int attention_own;    /* 1: never cuDNN's attention (train.attention: own) */
     int max_row_examples; /* most packed examples in one row of any batch this run will see (1: seg_start is
                            * all 0); 0: unknown. The caller sets it before the first step; with 1 the CUDA
                            * backend may run attention through cuDNN (no packed-example masking needed) */

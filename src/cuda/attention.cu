@@ -604,7 +604,7 @@ static void attn_fwd_dispatch(cudaStream_t s, bf16 *out, float *lse, const bf16 
 static qlt_cudnn_attn *attn_cudnn_for(qlt_backend *be, qlt_cudnn_attn_shape *sh, int batch, int seq, int n_heads,
                                       int n_kv, int hd, float scale) {
     const int most = be->max_row_examples;
-    if (most < 1 || most > QLT_CUDNN_MAX_SLOTS) return NULL;
+    if (be->attention_own || most < 1 || most > QLT_CUDNN_MAX_SLOTS) return NULL;
     static int force_ragged = -1;
     if (force_ragged < 0) {
         const char *e = getenv("QLT_CUDNN_RAGGED");

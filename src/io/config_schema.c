@@ -125,7 +125,12 @@ static const qlt_cfg_entry schema[] = {
              "capture the whole step as one CUDA graph and replay it (CUDA_GRAPH=1 also turns it on)"),
     BOOL_KEY("train.deterministic", train.deterministic, "false", "full_determinism",
              "bitwise-reproducible GPU steps (a resumed run continues exactly); the attention backward "
-             "then runs without atomics (1-2% slower steps on an H100, ~5% on other GPUs)"),
+             "then runs without atomics (cuDNN's where it runs costs no speed; the own kernels' 1-2% of an H100 "
+             "step, ~5% on other GPUs)"),
+    ENUM_KEY("train.attention", train.attention, "auto", "auto, own, cudnn", "attn_implementation",
+             "CUDA attention: auto = cuDNN's fused attention where it applies (libcudnn.so.9 loadable, at most 16 "
+             "packed examples a row), else the own kernels; own = always the own kernels; cudnn = cuDNN's, and an "
+             "error where it cannot run"),
     INT64_KEY("train.eval_every", train.eval_every, "0", "[0, inf)", "eval_steps",
               "evaluate every N steps; 0 = only at the end, when there is eval data"),
     INT_KEY("train.log_every", train.log_every, "1", "[1, inf)", "logging_steps|log_steps",

@@ -193,6 +193,11 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         else if (strcmp(cfg->train.backward_a, "fp32") == 0) t->be->backward_a = QLT_BACKWARD_A_FP32;
         else t->be->backward_a = QLT_BACKWARD_A_BF16;
         t->be->deterministic = cfg->train.deterministic;
+        t->be->attention_own = strcmp(cfg->train.attention, "own") == 0;
+    } else if (strcmp(cfg->train.attention, "cudnn") == 0) {
+        qlt_fail("train.attention: cudnn needs the CUDA backend, but this run is on the %s one: set "
+                 "train.attention: auto (or train.device: cuda on a GPU machine)", t->be->name);
+        goto fail;
     }
     double load_start = now_seconds();
     if (load_model_and_adapter(t, mode) != 0) goto fail;
@@ -241,10 +246,26 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     }
     if (plan_graph(t, mode) != 0) goto fail;
 #ifdef QLT_HAVE_CUDA
-    if (t->be->cudnn_version) { /* says which attention runs (building cuDNN's plans here, before any capture) */
+    if (strcmp(t->be->name, "cuda") == 0) { /* says which attention runs (building cuDNN's plans now, before any
+                                             * capture); train.attention: cudnn makes "not cuDNN's" an error */
         const qlt_model_config *mc = &t->model.cfg;
         int cudnn = qlt_cuda_attention_uses_cudnn(t->be, t->micro_batch, t->seq, mc->n_heads, mc->n_kv_heads,
                                                   mc->head_dim, qlt_model_attn_scale(mc));
+        if (!cudnn && strcmp(cfg->train.attention, "cudnn") == 0) {
+            if (!t->be->cudnn_version)
+                qlt_fail("train.attention: cudnn, but cuDNN 9 is not available (libcudnn.so.9 cannot be loaded, this "
+                         "build has no cuDNN support, or QLT_ATTENTION=own): install cuDNN 9 (or point "
+                         "QLT_CUDNN_LIBRARY at its libcudnn.so.9), or set train.attention: auto");
+            else if (t->be->max_row_examples > 16)
+                qlt_fail("train.attention: cudnn, but the data's rows hold up to %d packed examples (cuDNN's "
+                         "attention takes up to 16): set train.attention: auto, or data.packing: false, or a shorter "
+                         "data.seq_len", t->be->max_row_examples);
+            else
+                qlt_fail("train.attention: cudnn, but cuDNN %d rejects this attention (%d heads / %d kv heads of %d, "
+                         "seq %d): set train.attention: auto", t->be->cudnn_version, mc->n_heads, mc->n_kv_heads,
+                         mc->head_dim, t->seq);
+            goto fail;
+        }
         if (cudnn == 2)
             fprintf(stderr, "qlora-train: attention: cuDNN fused, ragged (up to %d examples a row)\n",
                     t->be->max_row_examples);

@@ -320,6 +320,23 @@ Test(bad_input, cli_data_dir_and_empty_random_path) {
     free(dir);
 }
 
+/* train.attention: cudnn asks for cuDNN's attention, which only the CUDA backend has: on the CPU one line says
+ * so and names the key (and a value outside auto / own / cudnn is refused by the schema). */
+Test(bad_input, cli_cudnn_attention_on_the_cpu) {
+    char *dir = test_tmpdir(), *model = test_fixture_path("tiny-qwen2", NULL);
+    char *cfg = qlt_path_join(dir, "c.yaml"), *args = NULL, *text = NULL;
+    if (asprintf(&args, "train --config %s", cfg) < 0) abort();
+    if (asprintf(&text, "model: {path: %s, quant: none}\ndata: {train: [x.jsonl]}\n"
+                 "train: {device: cpu, attention: cudnn}\noutput: {dir: %s/run}\n", model, dir) < 0)
+        abort();
+    test_write_text(cfg, text);
+    expect_cli_error(args, "train.attention: cudnn needs the CUDA backend", "train.attention: auto");
+    test_write_text(cfg, "model: {path: x}\ntrain: {device: cpu, attention: flash}\n");
+    expect_cli_error(args, "train.attention", "auto, own, cudnn");
+    qlt_remove_tree(dir);
+    free(text), free(args), free(cfg), free(model), free(dir);
+}
+
 /* With lora.init_from the adapter's r / alpha / targets / rslora win; a config that says otherwise is told
  * so in one notice line, and a matching one is not. */
 Test(bad_input, cli_init_from_overrides_lora_shape_with_a_notice) {
