@@ -215,7 +215,8 @@ int qlt_cuda_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_
     if (k3r * LORA_MIN_TOKENS > acc) acc = k3r * LORA_MIN_TOKENS;
     QLT_TRY(grow(be, &impl->lora_ws, &impl->lora_ws_bytes, sizeof(bf16) * (size_t)ws, "operand workspace"));
     /* linear_lora_bwd's folded backward weight [W_j...; A3] of the narrow outputs (when any) */
-    if (bwd_fold_rows(k, in, outs, r) > k3r) QLT_TRY(qlt_cuda_reserve_dequant(be, bwd_fold_rows(k, in, outs, r) * in));
+    const int64_t fold_rows = bwd_fold_rows(k, in, outs, r);
+    if (fold_rows > k3r) QLT_TRY(qlt_cuda_reserve_dequant(be, fold_rows * in));
     return grow(be, (void **)&impl->lora_acc, &impl->lora_acc_bytes, sizeof(float) * (size_t)acc,
                 "product workspace");
 }
