@@ -14,9 +14,6 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/rng.h"
-#ifdef QLT_HAVE_CUDA
-#include "cuda/backend_cuda.h"
-#endif
 #include "io/fileutil.h"
 #include "train/trainer.h"
 
@@ -147,16 +144,11 @@ static int run_bench(const bench_opts *o, const char *tmp) {
     /* graph mode reports each step one call later: record metrics by the step they belong to */
     int profile = be->profile_on && !t.graph_mode;
     qlt_clock_report clocks = {0};
-    /* which attention runs: cuDNN's where the CUDA backend takes the shape (bench rows are one example each) */
+    /* which attention runs, as the trainer chose it (bench rows are one example each) */
     char attention[48] = "own kernels";
-#ifdef QLT_HAVE_CUDA
-    const qlt_model_config *mc_run = &t.model.cfg;
-    if (be->cudnn_version && qlt_cuda_attention_uses_cudnn(be, o->micro_batch, o->seq, mc_run->n_heads,
-                                                           mc_run->n_kv_heads, mc_run->head_dim,
-                                                           qlt_model_attn_scale(mc_run)))
+    if (t.attention_cudnn)
         snprintf(attention, sizeof attention, "cuDNN %d.%d.%d fused", be->cudnn_version / 10000,
                  be->cudnn_version / 100 % 100, be->cudnn_version % 100);
-#endif
     for (int s = 0; s <= o->warmup + o->steps && rc == 0; s++) {
         qlt_step_metrics m;
         if (s == o->warmup && profile) be->profile_on(be, 1);

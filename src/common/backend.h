@@ -91,11 +91,12 @@ struct qlt_backend {
     int deterministic;    /* 1: bitwise-reproducible ops run to run (CUDA: the attention backward without
                            * atomics, slower); 0: the fastest kernels, last bits may vary (train.deterministic) */
     int attention_own;    /* 1: never cuDNN's attention (train.attention: own) */
-    int max_row_examples; /* most packed examples in one row of any batch this run will see (1: seg_start is
-                           * all 0); 0: unknown. The caller sets it before the first step; with 1 the CUDA
-                           * backend may run attention through cuDNN (no packed-example masking needed) */
+    int max_row_examples; /* most packed examples that matter in one row of any batch this run will see
+                           * (qlt_dataset_max_row_examples); 0: unknown. The caller sets it before the first step;
+                           * the CUDA backend runs attention through cuDNN for 1 (dense) up to
+                           * QLT_CUDNN_MAX_ROW_EXAMPLES (ragged), the own kernels otherwise */
     int cudnn_version;    /* CUDA: the cuDNN (91900 = 9.19.0) whose fused attention runs where max_row_examples
-                           * is 1 and not deterministic; 0: none (not built in, not loadable, QLT_ATTENTION=own) */
+                           * allows; 0: none (not built in, not loadable, QLT_ATTENTION=own) */
     void *impl;           /* backend-private state */
 
     /* ---- memory (may allocate / synchronize; never called inside a step) ---- */

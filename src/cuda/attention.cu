@@ -591,20 +591,16 @@ static void attn_fwd_dispatch(cudaStream_t s, bf16 *out, float *lse, const bf16 
 }
 
 /* cuDNN's fused attention takes a call when cuDNN is loaded and the run's rows hold at most
- * QLT_CUDNN_MAX_SLOTS (16) examples that matter (be->max_row_examples, set from the data; every row gets that
- * many sequences, most of them short or empty, so rows of many short examples stay on the own kernels, which
- * skip the masked tiles as cheaply): with 1, dense causal
- * attention over whole rows (the masking of a trailing example no loss is taken from changes no loss or
+ * QLT_CUDNN_MAX_ROW_EXAMPLES examples that matter (be->max_row_examples, set from the data): with 1, dense
+ * causal attention over whole rows (the masking of a trailing example no loss is taken from changes no loss or
  * gradient); with more, the ragged layout, each example its own sequence. QLT_CUDNN_RAGGED=1 in the
  * environment takes the ragged layout for one example a row too (for measuring the two). A shape's forward
  * and backward always take the same side: the dense lse layout ([B, H, S]) is not the own kernels' ([B*S, H]). */
-#define QLT_CUDNN_MAX_SLOTS 16
-
 #ifdef QLT_HAVE_CUDNN
 static qlt_cudnn_attn *attn_cudnn_for(qlt_backend *be, qlt_cudnn_attn_shape *sh, int batch, int seq, int n_heads,
                                       int n_kv, int hd, float scale) {
     const int most = be->max_row_examples;
-    if (be->attention_own || most < 1 || most > QLT_CUDNN_MAX_SLOTS) return NULL;
+    if (be->attention_own || most < 1 || most > QLT_CUDNN_MAX_ROW_EXAMPLES) return NULL;
     static int force_ragged = -1;
     if (force_ragged < 0) {
         const char *e = getenv("QLT_CUDNN_RAGGED");

@@ -3,14 +3,15 @@
  * (measured: B4 S2048 H28/4 hd128 forward 0.23 vs 0.41 ms, backward 0.78 vs 1.49 ms, H100).
  *
  * cuDNN is optional at build time (QLT_HAVE_CUDNN: its headers and cudnn-frontend's were found) and at run
- * time: libcudnn.so.9 is opened with dlopen on first use, so the binary runs without it. Any failure (no
+ * time: libcudnn.so.9 is opened with dlopen when the backend is created, so the binary runs without it. Any failure (no
  * library, a shape cuDNN does not support, a plan that does not build) makes the call answer 0 and the
  * backend runs its own kernels; nothing is printed unless QLT_ATTENTION=cudnn asked for cuDNN explicitly.
  *
  * Tensors are given to cuDNN in place, without copies: q / out [B*S, H*hd] are B x H x S x hd with strides
- * (S*H*hd, hd, H*hd, 1) ("BSHD"); k / v likewise with n_kv heads (GQA handled by cuDNN). The lse buffer
- * holds cuDNN's Stats packed, [B, H, S] (its backward before 9.26 reads no other layout), not the own
- * kernels' [B*S, H]: so a shape runs both directions through cuDNN or neither, and both plans are built
+ * (S*H*hd, hd, H*hd, 1) ("BSHD"); k / v likewise with n_kv heads (GQA handled by cuDNN). Dense shapes (one
+ * sequence a row) keep cuDNN's Stats packed in the lse buffer, [B, H, S] (its backward before 9.26 reads no
+ * other non-ragged layout), not the own kernels' [B*S, H]; ragged shapes (attention_segments.cu's tables)
+ * keep [B*S, H]. Either way a shape runs both directions through cuDNN or neither, and both plans are built
  * before the first forward is enqueued. One graph (and execution plan) is built per shape and direction,
  * the first time it is met. A build can happen while the stream is being captured into a CUDA graph
  * (the trainer captures its first step): the thread's capture mode is relaxed around it, since a build
@@ -24,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <deque>
 #include <memory>
-#include <vector>
 
 #include "cuda/attention_cudnn.h"
 #include "cuda/attention_segments.h"
@@ -182,7 +183,7 @@ struct qlt_cudnn_attn {
     cudaStream_t stream = nullptr;
     int version = 0;
     bool verbose = false; /* QLT_ATTENTION=cudnn: say why cuDNN is not used */
-    std::vector<plan_entry> plans;
+    std::deque<plan_entry> plans; /* a deque: the entries find_plan hands out stay where they are */
     segment_tables tables;     /* ragged shapes: this batch's, remade by every call (stream-ordered) */
     void *workspace = nullptr; /* grown at plan builds only; the backend frees it with its other allocations */
     size_t workspace_bytes = 0;

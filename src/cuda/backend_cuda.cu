@@ -227,7 +227,6 @@ extern "C" void *qlt_cuda_stream(qlt_backend *be) { return (void *)cuda_impl_of(
 
 extern "C" void qlt_cuda_set_lora_dudb(qlt_backend *be, int mode) { cuda_impl_of(be)->lora_dudb = mode; }
 
-
 /* ---- profiling: events at phase changes, summed per phase when read ---- */
 
 /* Adds the elapsed times of the recorded events to phase_ms and keeps the last event as the new start. */

@@ -23,6 +23,10 @@ void *qlt_cuda_stream(qlt_backend *be);
  * one-pass kernel one token block a launch (its token-chunk loop, which otherwise runs only when the
  * partial sums outgrow the workspace). */
 void qlt_cuda_set_lora_dudb(qlt_backend *be, int mode);
+/* Rows of at most this many packed examples (be->max_row_examples) run through cuDNN's attention: each row
+ * gets that many ragged sequences, most short or empty, so rows of many short examples stay on the own
+ * kernels, which skip masked tiles as cheaply. */
+#define QLT_CUDNN_MAX_ROW_EXAMPLES 16
 /* How attention_fwd / attention_bwd run this shape now (be->max_row_examples and be->deterministic as they
  * are set; builds cuDNN's plans the first time): 0 the own kernels; 1 cuDNN dense (lse [batch, n_heads, seq]);
  * 2 cuDNN ragged, each packed example its own sequence (lse [batch*seq, n_heads], as the own kernels') */

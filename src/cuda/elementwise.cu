@@ -105,10 +105,10 @@ void qlt_cuda_rope(qlt_backend *be, void *x, const int32_t *pos, const float *in
         const int heads_per = 4, groups = (heads + heads_per - 1) / heads_per;
         rope4_kernel<<<qlt_grid(n * (head_dim / 8) * groups, 256), 256, 0, s>>>((bf16 *)x, pos, inv_freq, n, heads,
                                                                                  head_dim, inverse, heads_per);
-    }
-    else
+    } else {
         rope_kernel<<<qlt_grid(n * (head_dim / 2), 256), 256, 0, s>>>((bf16 *)x, pos, inv_freq, n, heads, head_dim,
                                                                        inverse);
+    }
     CUDA_CHECK_LAUNCH();
 }
 

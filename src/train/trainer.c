@@ -177,6 +177,37 @@ static int plan_graph(qlt_trainer *t, qlt_trainer_mode mode) {
     return 0;
 }
 
+/* Which attention the CUDA backend runs for this run's shape (building cuDNN's plans now, before any capture),
+ * into t->attention_cudnn, said in one line; with train.attention: cudnn, "not cuDNN's" is an error naming why. */
+static int choose_attention(qlt_trainer *t) {
+    t->attention_cudnn = 0;
+#ifdef QLT_HAVE_CUDA
+    if (strcmp(t->be->name, "cuda") != 0) return 0;
+    const qlt_model_config *mc = &t->model.cfg;
+    const qlt_backend *be = t->be;
+    t->attention_cudnn = qlt_cuda_attention_uses_cudnn(t->be, t->micro_batch, t->seq, mc->n_heads, mc->n_kv_heads,
+                                                       mc->head_dim, qlt_model_attn_scale(mc));
+    if (!t->attention_cudnn && strcmp(t->cfg->train.attention, "cudnn") == 0) {
+        if (!be->cudnn_version)
+            return qlt_fail("train.attention: cudnn, but cuDNN 9 is not available (libcudnn.so.9 cannot be loaded, "
+                            "this build has no cuDNN support, or QLT_ATTENTION=own): install cuDNN 9 (or point "
+                            "QLT_CUDNN_LIBRARY at its libcudnn.so.9), or set train.attention: auto");
+        if (be->max_row_examples > QLT_CUDNN_MAX_ROW_EXAMPLES)
+            return qlt_fail("train.attention: cudnn, but the data's rows hold up to %d packed examples (cuDNN's "
+                            "attention takes up to %d): set train.attention: auto, or data.packing: false, or a "
+                            "shorter data.seq_len", be->max_row_examples, QLT_CUDNN_MAX_ROW_EXAMPLES);
+        return qlt_fail("train.attention: cudnn, but cuDNN %d rejects this attention (%d heads / %d kv heads of %d, "
+                        "seq %d): set train.attention: auto", be->cudnn_version, mc->n_heads, mc->n_kv_heads,
+                        mc->head_dim, t->seq);
+    }
+    if (t->attention_cudnn == 2)
+        fprintf(stderr, "qlora-train: attention: cuDNN fused, ragged (up to %d examples a row)\n", be->max_row_examples);
+    else
+        fprintf(stderr, "qlora-train: attention: %s\n", t->attention_cudnn ? "cuDNN fused (one example a row)" : "own kernels");
+#endif
+    return 0;
+}
+
 int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mode) {
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
@@ -245,35 +276,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         goto fail;
     }
     if (plan_graph(t, mode) != 0) goto fail;
-#ifdef QLT_HAVE_CUDA
-    if (strcmp(t->be->name, "cuda") == 0) { /* says which attention runs (building cuDNN's plans now, before any
-                                             * capture); train.attention: cudnn makes "not cuDNN's" an error */
-        const qlt_model_config *mc = &t->model.cfg;
-        int cudnn = qlt_cuda_attention_uses_cudnn(t->be, t->micro_batch, t->seq, mc->n_heads, mc->n_kv_heads,
-                                                  mc->head_dim, qlt_model_attn_scale(mc));
-        if (!cudnn && strcmp(cfg->train.attention, "cudnn") == 0) {
-            if (!t->be->cudnn_version)
-                qlt_fail("train.attention: cudnn, but cuDNN 9 is not available (libcudnn.so.9 cannot be loaded, this "
-                         "build has no cuDNN support, or QLT_ATTENTION=own): install cuDNN 9 (or point "
-                         "QLT_CUDNN_LIBRARY at its libcudnn.so.9), or set train.attention: auto");
-            else if (t->be->max_row_examples > 16)
-                qlt_fail("train.attention: cudnn, but the data's rows hold up to %d packed examples (cuDNN's "
-                         "attention takes up to 16): set train.attention: auto, or data.packing: false, or a shorter "
-                         "data.seq_len", t->be->max_row_examples);
-            else
-                qlt_fail("train.attention: cudnn, but cuDNN %d rejects this attention (%d heads / %d kv heads of %d, "
-                         "seq %d): set train.attention: auto", t->be->cudnn_version, mc->n_heads, mc->n_kv_heads,
-                         mc->head_dim, t->seq);
-            goto fail;
-        }
-        if (cudnn == 2)
-            fprintf(stderr, "qlora-train: attention: cuDNN fused, ragged (up to %d examples a row)\n",
-                    t->be->max_row_examples);
-        else
-            fprintf(stderr, "qlora-train: attention: %s\n",
-                    cudnn ? "cuDNN fused (one example a row)" : "own kernels");
-    }
-#endif
+    if (choose_attention(t) != 0) goto fail;
     if (mode == QLT_TRAINER_TRAIN) {
         int64_t rows_per_step = (int64_t)t->micro_batch * t->grad_accum;
         if (t->train.n_rows < rows_per_step) {

@@ -49,6 +49,7 @@ typedef struct qlt_trainer {
     qlt_graph graph;
     qlt_graph recompute;     /* gradient checkpointing: one layer's activations at a time */
     int checkpointing;       /* train.grad_checkpoint resolved: 1 = layer */
+    int attention_cudnn;     /* which attention runs (CUDA): 0 the own kernels, 1 cuDNN dense, 2 cuDNN ragged */
     qlt_batch_buffers *bbs;     /* [n_bbs]: one per micro-batch in graph mode, else one */
     int n_bbs;
     qlt_optim_scalars *scalars; /* backend memory */

@@ -160,6 +160,18 @@ static int nf4_reference(float *w, int64_t rows, int64_t cols) {
 }
 
 /* packed examples: each row split into segments of random lengths (1 .. max_len) */
+/* examples in the fullest row of seg_start [batch, seq]: the max_row_examples that takes cuDNN's ragged
+ * attention for it */
+static int max_row_segments(const int32_t *seg, int batch, int seq) {
+    int most = 0;
+    for (int b = 0; b < batch; b++) {
+        int c = 0;
+        for (int t = 0; t < seq; t++) c += seg[(int64_t)b * seq + t] == t;
+        most = c > most ? c : most;
+    }
+    return most;
+}
+
 static void make_segments(int32_t *seg, gpu_rng *r, int batch, int seq, int max_len) {
     for (int b = 0; b < batch; b++) {
         int start = 0, left = 0;
@@ -886,12 +898,7 @@ void check_attention(void) {
         /* the own kernels (via 0), then cuDNN's fused attention where it is loaded and takes the shape: with
          * max_row_examples as the data gives it (1: dense; more: ragged, an example a sequence), and for one
          * example a row also ragged with 2 slots a row (one left empty) */
-        int most = 0;
-        for (int b = 0; b < A->batch; b++) {
-            int c = 0;
-            for (int t = 0; t < A->seq; t++) c += seg[(int64_t)b * A->seq + t] == t;
-            most = c > most ? c : most;
-        }
+        const int most = max_row_segments(seg, A->batch, A->seq);
         for (int det = 0; det <= 1; det++) {
             for (int via = 0; via <= (most == 1 ? 2 : 1); via++) {
                 G->deterministic = det;
@@ -1109,12 +1116,7 @@ void check_graph_capture(void) {
     cudaStream_t st = (cudaStream_t)qlt_cuda_stream(G);
     /* deterministic ops: the replay is bit-identical; the default one-pass attention backward adds dQ with
      * atomics in a varying order, so dQ may differ in its last bits (dK, dV and the loss may not) */
-    int most = 0; /* examples in the fullest row: the ragged slots cuDNN's attention takes (via 1) */
-    for (int bb = 0; bb < B; bb++) {
-        int c = 0;
-        for (int t = 0; t < S; t++) c += seg[(int64_t)bb * S + t] == t;
-        most = c > most ? c : most;
-    }
+    const int most = max_row_segments(seg, B, S); /* the ragged slots cuDNN's attention takes (via 1) */
     for (int via = 0; via <= 1; via++) {
     for (int det = 1; det >= 0; det--) {
     G->deterministic = det;
@@ -1202,12 +1204,7 @@ static void perf_attention(gpu_rng *rp, int B) {
             make_segments(seg, &r, B, S, 512);
             G->upload(G, dseg, seg, sizeof(int32_t) * (size_t)n);
         }
-        int most = 0;
-        for (int b = 0; b < B; b++) {
-            int c = 0;
-            for (int t = 0; t < S; t++) c += seg[(int64_t)b * S + t] == t;
-            most = c > most ? c : most;
-        }
+        const int most = max_row_segments(seg, B, S);
         G->max_row_examples = variant == 1 ? 1 : variant == 2 ? 2 : variant == 4 ? most : 0;
         if (G->max_row_examples && qlt_cuda_attention_uses_cudnn(G, B, S, H, KV, HD, scale) == 0) continue;
         double tf = 0, tb = 0;
