@@ -7,7 +7,9 @@
 # HF + PEFT: bf16 base (no quantization), SDPA, the same LoRA, torch AdamW. HF_QUANT=nf4: HF's QLoRA instead
 # (the projections as bitsandbytes NF4 Linear4bit; needs the wheel `scripts/package-gpu.sh --bnb` puts in .whl/).
 # Each run's SM clock and power are sampled every 100 ms (nvidia-smi): the table gives the median SM clock of
-# its busy samples (power > 300 W) and the share of them throttled by the power cap (reason 0x4).
+# its busy samples (power > 300 W) and the share of them throttled by the power cap (reason 0x4). Energy: the
+# GPU's own counter (NVML) over each side's measured steps, in millijoules a token; "energy ratio" is HF+PEFT's
+# energy a token over qlora-train's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-carry/bin}
@@ -56,7 +58,7 @@ else:
     print("-")
 PY
 }
-printf "| shape | qlora-train tokens/s | peak GiB | SM MHz (power-capped) | HF+PEFT ($hf_quant base) tokens/s | peak GiB | SM MHz (power-capped) | speed-up |\n|---|---|---|---|---|---|---|---|\n" > "$out/table.md"
+printf "| shape | qlora-train tokens/s | peak GiB | SM MHz (power-capped) | mJ/token | HF+PEFT ($hf_quant base) tokens/s | peak GiB | SM MHz (power-capped) | mJ/token | speed-up | energy ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n" > "$out/table.md"
 for c in "${cases[@]}"; do
   IFS='|' read -r name cfg mb seq qflags hflags <<< "$c"
   sample "$out/$cfg-$mb-qlt.smi"
@@ -81,7 +83,10 @@ def get(s):
 a, b = get(q), get(h)
 fa = lambda d, k, f: (f % d[k]) if d else "failed"
 sp = f"{a['tokens_per_s'] / b['tokens_per_s']:.2f}x" if a and b else "-"
-print(f"| {name} | {fa(a, 'tokens_per_s', '%.0f')} | {fa(a, 'peak_gib', '%.1f')} | {qclk} | {fa(b, 'tokens_per_s', '%.0f')} | {fa(b, 'peak_gib', '%.1f')} | {hclk} | {sp} |")
+mj = lambda d: f"{d['millijoules_per_token']:.2f}" if d and "millijoules_per_token" in d else "-"
+er = (f"{b['millijoules_per_token'] / a['millijoules_per_token']:.2f}x" if a and b and "millijoules_per_token" in a
+      and "millijoules_per_token" in b else "-")
+print(f"| {name} | {fa(a, 'tokens_per_s', '%.0f')} | {fa(a, 'peak_gib', '%.1f')} | {qclk} | {mj(a)} | {fa(b, 'tokens_per_s', '%.0f')} | {fa(b, 'peak_gib', '%.1f')} | {hclk} | {mj(b)} | {sp} | {er} |")
 PY
 done
 cat "$out/table.md"

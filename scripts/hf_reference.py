@@ -47,6 +47,32 @@ def quantize_projections(model):
     torch.cuda.empty_cache()
 
 
+def gpu_energy_counter():
+    """A function returning the GPU's energy counter in millijoules (NVML, as qlora-train's bench reads it), or
+    None where NVML or the counter is missing."""
+    import ctypes
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if nvml.nvmlInit_v2() != 0:
+            return None
+        dev = ctypes.c_void_p()
+        uuid = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", None)
+        found = uuid is not None and nvml.nvmlDeviceGetHandleByUUID(
+            ctypes.c_char_p(("GPU-" + str(uuid)).encode()), ctypes.byref(dev)) == 0
+        if not found and (torch.cuda.device_count() != 1 or nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) != 0):
+            return None
+        mj = ctypes.c_ulonglong()
+        if nvml.nvmlDeviceGetTotalEnergyConsumption(dev, ctypes.byref(mj)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+
+    def read():
+        nvml.nvmlDeviceGetTotalEnergyConsumption(dev, ctypes.byref(mj))
+        return mj.value
+    return read
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
@@ -104,8 +130,12 @@ def main():
     losses, times = [], []
     torch.cuda.reset_peak_memory_stats()
     model.train()
+    energy = gpu_energy_counter()
+    e0 = e1 = None
     for s in range(args.steps):
         torch.cuda.synchronize()
+        if s == args.warmup and energy:
+            e0 = energy()
         t0 = time.perf_counter()
         ids = data[s].cuda()
         out = model(input_ids=ids, labels=ids)
@@ -116,11 +146,18 @@ def main():
         losses.append(out.loss.item())
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+    if e0 is not None:
+        e1 = energy()
     timed = sorted(times[args.warmup:]) or times
     median = timed[len(timed) // 2]
     res = {"losses": losses, "step_s_median": median, "tokens_per_s": args.batch * args.seq / median,
            "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "config": args.config, "batch": args.batch,
            "seq": args.seq, "r": args.r, "grad_checkpoint": args.grad_checkpoint, "quant": args.quant}
+    if e0 is not None and e1 is not None and e1 > e0:
+        measured = args.steps - args.warmup
+        res["joules_per_step"] = (e1 - e0) / 1e3 / measured
+        res["millijoules_per_token"] = (e1 - e0) / measured / (args.batch * args.seq)
+        res["power_w_energy"] = (e1 - e0) / 1e3 / sum(times[args.warmup:])
     with open(os.path.join(args.out, "hf_losses.json"), "w") as f:
         json.dump(res, f)
     print(json.dumps({k: v for k, v in res.items() if k != "losses"}))

@@ -3,8 +3,8 @@
 # GPU-machine run needs into carry/ (ignored by git; named in the device call's `carry`):
 #   carry/bin/     qlora-train, qlt_gpu_check and the shared libraries the GPU machine lacks (rpath $ORIGIN),
 #                  libkernel_trace.so (tools/kernel_trace.c) with the CUPTI it was built against, and
-#                  gemm_probe (tools/gemm_probe.cu), gemm_beta_probe (tools/gemm_beta_probe.cu) and
-#                  nf4_gemm_probe (tools/nf4_gemm_probe.cu)
+#                  gemm_probe (tools/gemm_probe.cu), gemm_beta_probe (tools/gemm_beta_probe.cu),
+#                  nf4_gemm_probe (tools/nf4_gemm_probe.cu) and l2_ring_probe (tools/l2_ring_probe.cu)
 #   carry/models/  config.json of the real models of ../shared/models (random-weight benchmarks)
 #   carry/assets/  with --assets: sotu.jsonl and the real Qwen3 / Llama-3 tokenizers (tokenizer benchmark)
 #   .whl/          with --bnb: the bitsandbytes 0.49.2 wheel from PyPI, slimmed to its CUDA 13.0 library (the GPU
@@ -37,6 +37,9 @@ nvcc=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
 # (tools/nf4_gemm_probe.cu), linked with the release's library
 "$nvcc" -O2 -std=c++17 -Isrc -gencode arch=compute_90a,code=sm_90a tools/nf4_gemm_probe.cu tools/nf4_gemm.cu build/libqlt.a -lcublasLt \
   -lcublas -lz -lgomp -Xlinker -rpath -Xlinker '$ORIGIN' -o carry/bin/nf4_gemm_probe
+# the dequantized weight kept in L2 by row chunks (tools/l2_ring_probe.cu): time and energy against the whole weight
+"$nvcc" -O2 -std=c++17 -Isrc -gencode arch=compute_90a,code=sm_90a tools/l2_ring_probe.cu build/libqlt.a -lcublas \
+  -lz -lgomp -ldl -Xlinker -rpath -Xlinker '$ORIGIN' -o carry/bin/l2_ring_probe
 shared=${SHARED_DIR:-../shared}
 for d in "$shared"/models/*/; do
   [ -f "$d/config.json" ] && cp "$d/config.json" "carry/models/$(basename "$d").json"

@@ -168,7 +168,8 @@ static int run_bench(const bench_opts *o, const char *tmp) {
     if (rc == 0) {
         qsort(step_s, (size_t)o->steps, sizeof(double), cmp_double);
         double median = step_s[o->steps / 2];
-        double tokens_per_s = (double)o->micro_batch * o->seq / median;
+        double tokens_per_step = (double)o->micro_batch * o->seq;
+        double tokens_per_s = tokens_per_step / median;
         double peak_gib = be->peak_bytes ? (double)be->peak_bytes(be) / (1 << 30) : 0;
         double peak_tflops = be->gemm_peak_tflops ? be->gemm_peak_tflops(be) : 0;
         double linear = (double)qlt_model_linear_params(&mc);
@@ -182,6 +183,10 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                    o->model, be->name, o->quant, o->micro_batch, o->seq, o->r, tokens_per_s, median, peak_gib, mfu,
                    peak_tflops, load_s, first_step_s, last_loss);
             printf(", \"attention\": \"%s\"", attention);
+            if (clocks.energy_j > 0)
+                printf(", \"joules_per_step\": %.2f, \"millijoules_per_token\": %.3f, \"power_w_energy\": %.1f",
+                       clocks.energy_j / o->steps, 1e3 * clocks.energy_j / o->steps / tokens_per_step,
+                       clocks.energy_j / clocks.energy_wall_s);
             if (clocks.samples)
                 printf(", \"sm_mhz_median\": %.0f, \"sm_mhz_min\": %.0f, \"sm_mhz_max\": %.0f, \"power_w\": %.1f, "
                        "\"power_limit_w\": %.1f, \"power_capped_share\": %.3f",
@@ -205,6 +210,11 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                        "of %.0f W, power-capped in %.0f%% of %d samples\n",
                        clocks.sm_mhz_median, clocks.sm_mhz_min, clocks.sm_mhz_max, clocks.power_w_mean,
                        clocks.power_limit_w, 100 * clocks.capped_share, clocks.samples);
+            if (clocks.energy_j > 0)
+                printf("energy (the GPU's counter over the measured steps): %.1f J a step, %.2f mJ a token, %.0f W on "
+                       "average\n",
+                       clocks.energy_j / o->steps, 1e3 * clocks.energy_j / o->steps / tokens_per_step,
+                       clocks.energy_j / clocks.energy_wall_s);
             if (profile) printf("\n| phase | ms / step | share |\n|---|---|---|\n");
             else printf("(CUDA graph mode: no per-phase breakdown; run without --cuda-graph for it)\n");
             for (int p = 0; p < QLT_PHASE_COUNT; p++)

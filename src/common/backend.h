@@ -82,6 +82,7 @@ typedef struct qlt_clock_report {
     double sm_mhz_median, sm_mhz_min, sm_mhz_max; /* max: the device's maximum SM clock */
     double power_w_mean, power_limit_w;
     double capped_share;                      /* share of samples throttled by the power cap */
+    double energy_j, energy_wall_s;           /* the device's energy counter between on and off (0: unknown) */
 } qlt_clock_report;
 
 struct qlt_backend {

@@ -328,6 +328,8 @@ static double cuda_gemm_peak_tflops(qlt_backend *be) {
 
 static void cuda_clock_monitor(qlt_backend *be, int on, qlt_clock_report *out) {
     cuda_impl *impl = cuda_impl_of(be);
+    /* idle at both ends, so the energy counted is the monitored steps' and nothing else's */
+    if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
     if (on) {
         if (!impl->monitor) impl->monitor = qlt_cuda_clock_monitor_start(impl->device);
         return;

@@ -32,6 +32,7 @@ struct nvml_api {
     nvml_return (*power)(nvml_device dev, unsigned *milliwatts);
     nvml_return (*power_limit)(nvml_device dev, unsigned *milliwatts);
     nvml_return (*reasons)(nvml_device dev, unsigned long long *mask);
+    nvml_return (*energy)(nvml_device dev, unsigned long long *millijoules); /* NULL where NVML lacks it */
 };
 
 struct qlt_clock_monitor {
@@ -44,6 +45,8 @@ struct qlt_clock_monitor {
     float *watts;        /* [MONITOR_MAX_SAMPLES] */
     unsigned char *capped; /* [MONITOR_MAX_SAMPLES] */
     int n;
+    unsigned long long energy_start_mj; /* the device's energy counter at start (0: not available) */
+    struct timespec start;
 };
 
 static bool nvml_open(nvml_api *a) {
@@ -60,6 +63,7 @@ static bool nvml_open(nvml_api *a) {
     SYM(power_limit, "nvmlDeviceGetEnforcedPowerLimit");
     SYM(reasons, "nvmlDeviceGetCurrentClocksEventReasons");
     if (!a->reasons) SYM(reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    SYM(energy, "nvmlDeviceGetTotalEnergyConsumption");
 #undef SYM
     if (a->init && a->shutdown && a->by_pci && a->clock && a->max_clock && a->power && a->power_limit &&
         a->reasons && a->init() == 0)
@@ -87,6 +91,12 @@ static void *sample_loop(void *arg) {
     return NULL;
 }
 
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
+}
+
 static int cmp_float(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;
@@ -110,6 +120,9 @@ qlt_clock_monitor *qlt_cuda_clock_monitor_start(int device) {
     if (m->mhz && m->watts && m->capped && m->api.by_pci(bus, &m->dev) == 0 &&
         pthread_create(&m->thread, NULL, sample_loop, m) == 0) {
         m->running = 1;
+        /* the energy counter is read when the device is idle at both ends (the caller synchronizes) */
+        if (m->api.energy && m->api.energy(m->dev, &m->energy_start_mj) != 0) m->energy_start_mj = 0;
+        clock_gettime(CLOCK_MONOTONIC, &m->start);
         return m;
     }
     qlt_cuda_clock_monitor_stop(m, NULL);
@@ -119,9 +132,16 @@ qlt_clock_monitor *qlt_cuda_clock_monitor_start(int device) {
 void qlt_cuda_clock_monitor_stop(qlt_clock_monitor *m, qlt_clock_report *out) {
     if (out) memset(out, 0, sizeof *out);
     if (!m) return;
+    unsigned long long energy_mj = 0;
+    const double wall_s = seconds_since(&m->start);
+    if (m->running && m->energy_start_mj && m->api.energy(m->dev, &energy_mj) != 0) energy_mj = 0;
     if (m->running) {
         m->stop = 1;
         pthread_join(m->thread, NULL);
+    }
+    if (out && energy_mj > m->energy_start_mj && m->energy_start_mj) {
+        out->energy_j = (double)(energy_mj - m->energy_start_mj) / 1e3;
+        out->energy_wall_s = wall_s;
     }
     if (out && m->n > 0) {
         unsigned max_mhz = 0, limit_mw = 0;

@@ -328,26 +328,52 @@ static void lora_bwd_da(qlt_backend *be, const qlt_lora_site *sites, int k, cons
     sum_halves_sites(impl->stream, &h);
 }
 
+/* The token-chunk loop of a group's backward after du: chunk by chunk, dY' [tn, ld] = [dy_j of the folded
+ * sites... | T3] is assembled in yp (T3 from du unless t3_done), dA_i += from its T3 columns, and, when dx is
+ * not NULL, dx = dx_beta dx + dY' . W'' with W'' [ld, in] = [W_j...; A3]. lora_bwd has no folded sites (yp is
+ * T3 alone, W'' = A3); linear_lora_bwd folds its narrow outputs and charges the GEMM to its own phase. */
+typedef struct bwd_tokens {
+    bf16 *yp;              /* [chunk, ld] */
+    int64_t ld, chunk;
+    const bf16 *wpp;       /* [ld, in] */
+    const int *fold_site;  /* [nf]: the sites whose dy fills yp's first columns, in order */
+    int nf;
+    bool phases;           /* switch the backend phase between the adapters' work and the GEMM */
+} bwd_tokens;
+
+static void lora_bwd_tokens(qlt_backend *be, const qlt_lora_site *sites, int k, const bwd_tokens *b, const float *du,
+                            bool t3_done, const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r) {
+    cudaStream_t s = cuda_impl_of(be)->stream;
+    const int64_t kr = (int64_t)k * r, fold_rows = b->ld - 3 * kr;
+    for (int64_t t0 = 0; t0 < n; t0 += b->chunk) {
+        int64_t tn = n - t0 < b->chunk ? n - t0 : b->chunk, col = 0;
+        if (b->phases && be->phase) be->phase(be, QLT_PHASE_LORA);
+        for (int j = 0; j < b->nf; j++) {
+            const qlt_lora_site *sj = &sites[b->fold_site[j]];
+            qlt_cuda_copy_rows(s, b->yp + col, b->ld, (const bf16 *)sj->dy + t0 * sj->ld, sj->ld, tn, sj->out);
+            col += sj->out;
+        }
+        if (!t3_done) split3(s, b->yp + fold_rows, b->ld, du + t0 * kr, tn, r, k);
+        lora_bwd_da(be, sites, k, b->yp + fold_rows, b->ld, (const bf16 *)x + t0 * in, tn, in, r);
+        if (!dx) continue;
+        if (b->phases && be->phase) be->phase(be, QLT_PHASE_BWD_GEMM);
+        qlt_cuda_gemm(be, 0, 0, tn, in, b->ld, 1.0f, b->yp, CUDA_R_16BF, b->ld, b->wpp, CUDA_R_16BF, in, dx_beta,
+                      (bf16 *)dx + t0 * in, CUDA_R_16BF, in);
+    }
+}
+
 void qlt_cuda_lora_bwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *scratch, const float *u,
                        const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale) {
     if (n <= 0) return;
     cuda_impl *impl = cuda_impl_of(be);
-    cudaStream_t s = impl->stream;
     lora_ws L = lora_prepare(be, sites, k, in, r, n, true);
-    const int64_t kr = (int64_t)k * r, k3r = 3 * kr;
+    const int64_t k3r = 3 * (int64_t)k * r;
     QLT_ASSERT(in * k3r * (int64_t)sizeof(float) <= (int64_t)impl->lora_acc_bytes);
     float *du = scratch; /* [n, k*r] */
     const bool t3_done = lora_bwd_du_db(be, &L, sites, k, du, u, n, r, scale, n <= L.T ? L.tok : NULL, k3r);
-    for (int64_t t0 = 0; t0 < n; t0 += L.T) {
-        int64_t tn = n - t0 < L.T ? n - t0 : L.T;
-        const bf16 *xc = (const bf16 *)x + t0 * in;
-        if (!t3_done) split3(s, L.tok, k3r, du + t0 * kr, tn, r, k);
-        lora_bwd_da(be, sites, k, L.tok, k3r, xc, tn, in, r);
-        /* dx = beta dx + T3 A3: every site's du_i A_i in one GEMM (dx read and written once) */
-        if (dx)
-            qlt_cuda_gemm(be, 0, 0, tn, in, k3r, 1.0f, L.tok, CUDA_R_16BF, k3r, L.a3, CUDA_R_16BF, in, dx_beta,
-                          (bf16 *)dx + t0 * in, CUDA_R_16BF, in);
-    }
+    /* dx = beta dx + T3 A3: every site's du_i A_i in one GEMM (dx read and written once) */
+    const bwd_tokens bt = {L.tok, k3r, L.T, L.a3, NULL, 0, false};
+    lora_bwd_tokens(be, sites, k, &bt, du, t3_done, x, dx, dx_beta, n, in, r);
 }
 
 /* ---- a group's backward with its adapters (and its narrow outputs) folded into one GEMM ----
@@ -407,20 +433,8 @@ void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const ql
                                    s));
         wpp = stack;
     }
-    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-        int64_t tn = n - t0 < chunk ? n - t0 : chunk, col = 0;
-        if (be->phase) be->phase(be, QLT_PHASE_LORA);
-        for (int j = 0; j < nf; j++) {
-            const qlt_lora_site *sj = &sites[fold_site[j]];
-            qlt_cuda_copy_rows(s, yp + col, ld, (const bf16 *)sj->dy + t0 * sj->ld, sj->ld, tn, sj->out);
-            col += sj->out;
-        }
-        if (!t3_done) split3(s, yp + fold_rows, ld, du + t0 * kr, tn, r, k);
-        lora_bwd_da(be, sites, k, yp + fold_rows, ld, (const bf16 *)x + t0 * in, tn, in, r);
-        if (be->phase) be->phase(be, QLT_PHASE_BWD_GEMM);
-        qlt_cuda_gemm(be, 0, 0, tn, in, ld, 1.0f, yp, CUDA_R_16BF, ld, wpp, CUDA_R_16BF, in, dx_beta,
-                      (bf16 *)dx + t0 * in, CUDA_R_16BF, in);
-    }
+    const bwd_tokens bt = {yp, ld, chunk, wpp, fold_site, nf, true};
+    lora_bwd_tokens(be, sites, k, &bt, du, t3_done, x, dx, dx_beta, n, in, r);
     /* the other wide outputs' GEMMs add onto dx (T3 is no longer needed when they use the conversion workspace) */
     if (!one_gradient)
         for (int j = 0; j < nw; j++)

@@ -28,7 +28,8 @@
     X("nf4_quantize", check_nf4_quantize)     \
     X("nf4_bandwidth", check_nf4_bandwidth)   \
     X("nf4_bnb", check_nf4_bnb)               \
-    X("nf4_bnb_ckpt", check_nf4_bnb_ckpt)
+    X("nf4_bnb_ckpt", check_nf4_bnb_ckpt)     \
+    X("energy", check_energy)
 
 #define DECLARE(name, fn) void fn(void);
 GPU_CHECKS(DECLARE)
