@@ -29,7 +29,7 @@ if [ -f "$cuda_home/include/cupti.h" ]; then
 fi
 # the GEMM kernel probe (tools/gemm_probe.cu): cuBLAS's choice against cuBLASLt's candidates on 7B shapes
 nvcc=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
-"$nvcc" -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a tools/gemm_probe.cu -lcublasLt -lcublas \
+"$nvcc" -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a tools/gemm_probe.cu -lcublasLt -lcublas -ldl \
   -o carry/bin/gemm_probe
 # what reading a GEMM's output costs (tools/gemm_beta_probe.cu): beta 0 / 1, the adapters' products, the k/v fold
 "$nvcc" -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a tools/gemm_beta_probe.cu -lcublas -o carry/bin/gemm_beta_probe

@@ -3,17 +3,24 @@
  * with a 64 MiB workspace), and says whether each one's output has the same values as cublasGemmEx's (max
  * |difference| 0). Operands are deterministic pseudo-random bf16 in [-0.5, 0.5). Run it under scripts/trace-step.sh's tracer
  * (LD_PRELOAD=libkernel_trace.so QLT_TRACE_OUT=...) to see the kernels' names.
+ * PROBE_ENERGY_SECONDS=S: each kernel also runs back to back for S seconds between two reads of the GPU's energy
+ * counter (after S seconds of warm-up GEMMs a shape), giving its sustained TFLOP/s and joules a TFLOP under the
+ * power limit; PROBE_SHAPES=TEXT keeps the shapes whose name contains TEXT.
  *   gemm_probe [M=2048] [CANDIDATES=8]      (built by scripts/package-gpu.sh into carry/bin) */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include "probe_check.h"
+#include "probe_energy.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #define CHECK(x) PROBE_CHECK("gemm_probe", x)
@@ -70,7 +77,13 @@ int main(int argc, char **argv) {
     CHECK(cudaEventCreate(&e1));
     float *dmax;
     CHECK(cudaMalloc(&dmax, 4));
+    const double energy_s = getenv("PROBE_ENERGY_SECONDS") ? atof(getenv("PROBE_ENERGY_SECONDS")) : 0;
+    const char *only = getenv("PROBE_SHAPES");
+    probe_energy meter;
+    const bool metered = energy_s > 0 && meter.open();
+    if (energy_s > 0 && !metered) printf("gemm_probe: no energy counter (NVML) here: energy columns skipped\n");
     for (const shape &s : shapes) {
+        if (only && !strstr(s.name, only)) continue;
         const size_t na = (size_t)M * s.lda, nb = (size_t)(s.tb ? s.n : s.k) * s.ldb, nc = (size_t)M * s.ldc;
         __nv_bfloat16 *A, *B, *C, *C0, *ref;
         CHECK(cudaMalloc(&A, na * 2));
@@ -105,12 +118,34 @@ int main(int argc, char **argv) {
                                CUDA_R_16BF, s.ldb, A, CUDA_R_16BF, s.lda, &beta, C, CUDA_R_16BF, s.ldc, CUBLAS_COMPUTE_32F,
                                CUBLAS_GEMM_DEFAULT));
         };
+        /* sustained: back to back for energy_s seconds; returns "TFLOP/s, J/TFLOP, W" (empty without a meter) */
+        auto sustained = [&](auto call, double ms_each) {
+            char text[96] = "";
+            if (!metered) return std::string(text);
+            const int n = std::max(1, (int)(energy_s * 1e3 / ms_each));
+            CHECK(cudaDeviceSynchronize());
+            const double j0 = meter.joules();
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < n; i++) call();
+            CHECK(cudaDeviceSynchronize());
+            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            const double joules = meter.joules() - j0, tflop = flop * n / 1e12;
+            snprintf(text, sizeof text, "  sustained %4.0f TFLOP/s %.3f J/TFLOP %3.0f W", tflop / secs, joules / tflop,
+                     joules / secs);
+            return std::string(text);
+        };
         const float t_ex = median_ms(ex);
+        if (metered) { /* warm-up: the power limit takes hold over seconds */
+            const int n = std::max(1, (int)(energy_s * 1e3 / t_ex));
+            for (int i = 0; i < n; i++) ex();
+            CHECK(cudaDeviceSynchronize());
+        }
+        const std::string e_ex = sustained(ex, t_ex);
         CHECK(cudaMemcpy(C, C0, nc * 2, cudaMemcpyDeviceToDevice));
         ex();
         CHECK(cudaMemcpy(ref, C, nc * 2, cudaMemcpyDeviceToDevice));
-        printf("== %s  M%ld N%ld K%ld beta %g: cublasGemmEx %.1f us, %.0f TFLOP/s\n", s.name, M, s.n, s.k, s.beta,
-               t_ex * 1e3, flop / t_ex / 1e9);
+        printf("== %s  M%ld N%ld K%ld beta %g: cublasGemmEx %.1f us, %.0f TFLOP/s%s\n", s.name, M, s.n, s.k, s.beta,
+               t_ex * 1e3, flop / t_ex / 1e9, e_ex.c_str());
         /* column-major, operands swapped: C^T [n, M] = op(B^T) op(A^T) */
         cublasLtMatmulDesc_t op;
         CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -143,8 +178,9 @@ int main(int argc, char **argv) {
                 CHECK(cudaMemset(dmax, 0, 4));
                 maxdiff_kernel<<<1024, 256>>>(C, ref, nc, dmax);
                 CHECK(cudaMemcpy(&md, dmax, 4, cudaMemcpyDeviceToHost));
-                printf("  workspace %d candidate %d: %7.1f us %4.0f TFLOP/s  tile id %d split-K %d  %s\n", with_ws, i,
-                       t * 1e3, flop / t / 1e9, tile, split, md == 0 ? "same values" : "other values");
+                const std::string e = sustained(run, t);
+                printf("  workspace %d candidate %d: %7.1f us %4.0f TFLOP/s  tile id %d split-K %d  %s%s\n", with_ws, i,
+                       t * 1e3, flop / t / 1e9, tile, split, md == 0 ? "same values" : "other values", e.c_str());
             }
             cublasLtMatmulPreferenceDestroy(pref);
         }

@@ -10,7 +10,6 @@
  *   l2_ring_probe [M=2048] [CHUNK_ROWS=3328,1664,...]   (built by scripts/package-gpu.sh into carry/bin) */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +24,7 @@ extern "C" {
 #include "common/error.h"
 }
 #include "cuda/nf4.h"
+#include "probe_energy.h"
 
 #define CHECK(x)                                                                                               \
     do {                                                                                                       \
@@ -36,24 +36,6 @@ extern "C" {
     } while (0)
 
 static const int64_t ROWS = 37888, COLS = 3584; /* gate+up of Qwen2.5-7B */
-
-/* ---- the GPU's energy counter (NVML, opened at run time) ---- */
-struct energy_counter {
-    void *dev = nullptr;
-    int (*read)(void *, unsigned long long *) = nullptr;
-    bool open() {
-        void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-        if (!lib) return false;
-        auto init = (int (*)(void))dlsym(lib, "nvmlInit_v2");
-        auto by_index = (int (*)(unsigned, void **))dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
-        read = (int (*)(void *, unsigned long long *))dlsym(lib, "nvmlDeviceGetTotalEnergyConsumption");
-        return init && by_index && read && init() == 0 && by_index(0, &dev) == 0;
-    }
-    double joules() {
-        unsigned long long mj = 0;
-        return read(dev, &mj) == 0 ? mj / 1e3 : -1;
-    }
-};
 
 static __global__ void fill_kernel(__nv_bfloat16 *p, size_t n, unsigned seed, float scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -170,7 +152,7 @@ int main(int argc, char **argv) {
     CHECK(qlt_cuda_nf4_alloc(&p.q, ROWS * COLS, 64, 1));
     CHECK(qlt_cuda_nf4_quantize(&p.q, p.wfull, QLT_DTYPE_BF16, ws, NULL, p.s));
     CHECK(cudaStreamSynchronize(p.s));
-    energy_counter ec;
+    probe_energy ec;
     const bool have_energy = ec.open();
     printf("| mode | chunk rows | chunk MB | us a product | TFLOP/s | J a product | W | max |y - y_full| |\n"
            "|---|---|---|---|---|---|---|---|\n");
