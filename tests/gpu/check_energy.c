@@ -1,10 +1,11 @@
 /* check_energy.c: what each kind of work in a training step costs in energy on this GPU. An H100 runs
- * qlora-train's steps at its power limit (700 W), so a step's time is set by its energy as much as by its
- * kernels' speed: a memory pass removed only saves time if the energy it drew does not go to a lower clock
- * for the GEMMs. Each workload runs back to back for about 1.5 s (by default) between two reads of the GPU's energy
- * counter (the backend's clock monitor, NVML; QLT_ENERGY_SECONDS sets the time), giving its mean power and its energy per unit of work:
- *   idle (nothing launched), bf16 GEMMs (cuBLAS, as the step's frozen GEMMs: J per TFLOP), the NF4
- *   dequantization (J per GB moved), a device-to-device copy (J per GB) and SwiGLU's forward (J per GB).
+ * qlora-train's steps at its power limit (700 W), so a step's time is set by the energy it needs as much as by
+ * its kernels' speed. Each workload runs back to back (about 1.5 s by default, QLT_ENERGY_SECONDS sets it)
+ * between two reads of the GPU's energy counter (the backend's clock monitor, NVML), giving its mean power and
+ * its energy per unit of work: idle (nothing launched); bf16 GEMMs (cuBLAS, as the step's frozen GEMMs: J per
+ * TFLOP); the NF4 dequantization, its traffic pattern without arithmetic (read 1 : write 4), HBM written alone
+ * (memset), a device-to-device copy and SwiGLU's forward (J per GB moved). The power limit takes seconds to act,
+ * so the first GEMM runs again after the second; 4 s a workload gives steady figures (1.5 s does not).
  * The dynamic rows subtract the idle power: (P - P_idle) x time / work, the energy the work itself adds.
  * Performance rows only: there is nothing to compare them against, docs/PERF.md reads them. */
 #include <cuda_runtime.h>
@@ -98,6 +99,27 @@ typedef struct copy_ctx {
 static void copy_workload(qlt_backend *be, void *ctx) {
     copy_ctx *c = (copy_ctx *)ctx;
     cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)qlt_cuda_stream(be));
+}
+
+/* stream_kernels.cu: read 4 bytes, write 16, a chunk (the bf16 dequantization's traffic with no arithmetic) */
+void gpu_check_stream_1to4(void *out, const void *in, int64_t chunks);
+
+typedef struct stream_ctx {
+    void *out;
+    const void *in;
+    int64_t chunks;
+} stream_ctx;
+
+/* on the default stream, as stream_kernels.cu launches it; measure() synchronizes the device around it */
+static void stream_workload(qlt_backend *be, void *ctx) {
+    stream_ctx *c = (stream_ctx *)ctx;
+    (void)be;
+    gpu_check_stream_1to4(c->out, c->in, c->chunks);
+}
+
+static void memset_workload(qlt_backend *be, void *ctx) {
+    copy_ctx *c = (copy_ctx *)ctx;
+    cudaMemsetAsync(c->dst, 0, c->bytes, (cudaStream_t)qlt_cuda_stream(be));
 }
 
 typedef struct swiglu_ctx {
@@ -202,6 +224,18 @@ void check_energy(void) {
         const double bytes = (double)wq.nf4.numel / 2 + (double)wq.nf4.nblocks + 4.0 * wq.nf4.nested_nblocks +
                              2.0 * wq.nf4.numel;
         report("NF4 dequant", "18944x3584 ->bf16", &r, idle.watts, bytes / 1e9, "GB");
+    }
+    /* the dequantization's traffic without its arithmetic: 4 code bytes read, 16 bytes written, a chunk of 8 */
+    {
+        stream_ctx c = {y, wq.nf4.codes, wq.nf4.numel / 8};
+        energy_result r = measure(be, stream_workload, &c);
+        report("1:4 stream", "18944x3584 codes", &r, idle.watts, 2.5 * wq.nf4.numel / 1e9, "GB");
+    }
+    /* HBM written alone: a memset of the dequantization's output bytes */
+    {
+        copy_ctx c = {y, NULL, 2 * (size_t)wq.nf4.numel};
+        energy_result r = measure(be, memset_workload, &c);
+        report("memset", "18944x3584 bf16", &r, idle.watts, 2.0 * wq.nf4.numel / 1e9, "GB");
     }
     /* a device-to-device copy of 310 MB (read + write counted) */
     {
