@@ -35,7 +35,7 @@ nvcc=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
 "$nvcc" -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a tools/gemm_beta_probe.cu -lcublas -o carry/bin/gemm_beta_probe
 # the NF4-dequantizing GEMM (tools/nf4_gemm.cu, an experiment the trainer does not use) against dequantize + cuBLAS
 # (tools/nf4_gemm_probe.cu), linked with the release's library
-"$nvcc" -O2 -std=c++17 -Isrc -gencode arch=compute_90a,code=sm_90a tools/nf4_gemm_probe.cu tools/nf4_gemm.cu build/libqlt.a -lcublasLt \
+"$nvcc" -O2 -std=c++17 -Isrc -gencode arch=compute_90a,code=sm_90a tools/nf4_gemm_probe.cu tools/nf4_gemm.cu tools/nf4_gemm_rs.cu build/libqlt.a -lcublasLt \
   -lcublas -lz -lgomp -Xlinker -rpath -Xlinker '$ORIGIN' -o carry/bin/nf4_gemm_probe
 # the dequantized weight kept in L2 by row chunks (tools/l2_ring_probe.cu): time and energy against the whole weight
 "$nvcc" -O2 -std=c++17 -Isrc -gencode arch=compute_90a,code=sm_90a tools/l2_ring_probe.cu build/libqlt.a -lcublas \

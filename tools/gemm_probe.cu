@@ -15,7 +15,6 @@
 #include "probe_energy.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <cstdio>
@@ -123,13 +122,9 @@ int main(int argc, char **argv) {
             char text[96] = "";
             if (!metered) return std::string(text);
             const int n = std::max(1, (int)(energy_s * 1e3 / ms_each));
-            CHECK(cudaDeviceSynchronize());
-            const double j0 = meter.joules();
-            const auto t0 = std::chrono::steady_clock::now();
-            for (int i = 0; i < n; i++) call();
-            CHECK(cudaDeviceSynchronize());
-            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            const double joules = meter.joules() - j0, tflop = flop * n / 1e12;
+            double secs, joules;
+            meter.sustain(call, n, &secs, &joules);
+            const double tflop = flop * n / 1e12;
             snprintf(text, sizeof text, "  sustained %4.0f TFLOP/s %.3f J/TFLOP %3.0f W", tflop / secs, joules / tflop,
                      joules / secs);
             return std::string(text);

@@ -12,7 +12,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -197,15 +196,10 @@ int main(int argc, char **argv) {
             double joules = -1, watts = -1;
             if (have_energy) {
                 const int n = std::max(1, (int)(2.0e6 / med));
-                CHECK(cudaStreamSynchronize(p.s));
-                const double j0 = ec.joules();
-                auto t0 = std::chrono::steady_clock::now();
-                for (int i = 0; i < n; i++) product(p, chunk);
-                CHECK(cudaStreamSynchronize(p.s));
-                const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                const double j1 = ec.joules();
-                joules = (j1 - j0) / n;
-                watts = (j1 - j0) / secs;
+                double secs, total;
+                ec.sustain([&]() { product(p, chunk); }, n, &secs, &total);
+                joules = total / n;
+                watts = total / secs;
             }
             printf("| %s | %lld | %.1f | %.1f | %.0f | %.4f | %.0f | %.3g |\n",
                    chunk == 0 ? "whole weight" : persist ? "ring, L2-persisting" : "ring", (long long)chunk,

@@ -29,29 +29,16 @@
  * straddles two weights), blocksize 64. */
 #include "nf4_gemm.h"
 
-#include "cuda/wgmma_tiles.h"
+#include "nf4_wgmma_common.h"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <string.h>
 
 #define NG_BM 128
 #define NG_BK 64
 
-struct ng_part {
-    const uint8_t *codes;
-    const float *absmax;        /* plain scales */
-    const uint8_t *absmax_q;    /* nested: 8-bit codes of (absmax - offset) */
-    const float *nested_absmax; /* nested: one scale per 256 blocks */
-    const float *code;          /* [16] the NF4 codebook */
-    const float *nested_code;   /* [256] the dynamic map (nested) */
-    float offset;
-    int64_t row0; /* first row of this weight in the stack */
-};
-
 struct ng_params {
     CUtensorMap a_map; /* A [m, k] bf16 */
-    ng_part part[QLT_NF4_GEMM_MAX_PARTS];
+    nf4_part part[QLT_NF4_GEMM_MAX_PARTS];
     int nparts, nested;
     bf16 *c;
     int64_t ldc;
@@ -90,49 +77,6 @@ template <int BN, bool BWD> struct ng_cfg {
 };
 
 #ifdef WGMMA_DEVICE_CODE
-static __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-static __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-static __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-                 "[%4];\n" ::"r"(dst),
-                 "l"(map), "r"(c0), "r"(c1), "r"(bar)
-                 : "memory");
-}
-template <int N> static __device__ __forceinline__ void regs_dec() {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N> static __device__ __forceinline__ void regs_inc() {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-static __device__ __forceinline__ float ng_mul_ftz(float a, float b) {
-    float r;
-    asm("mul.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-    return r;
-}
-
-static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-
 static __device__ __forceinline__ int part_of(const ng_params &p, int64_t row) {
     int s = 0;
 #pragma unroll
@@ -153,7 +97,7 @@ static __device__ __forceinline__ ng_block block_at(const ng_params &p, int64_t 
 
 /* staging slot offsets of one unit: codes halves, scale word, nested scale */
 static __device__ __forceinline__ void unit_fetch(uint32_t slot, int tid, const ng_params &p, const ng_block &b) {
-    const ng_part &pt = p.part[b.part];
+    const nf4_part &pt = p.part[b.part];
     const int64_t blk = b.e >> 6;
     cp_async16(slot + tid * 16, pt.codes + (b.e >> 1));
     cp_async16(slot + 2048 + tid * 16, pt.codes + (b.e >> 1) + 16);
@@ -163,21 +107,6 @@ static __device__ __forceinline__ void unit_fetch(uint32_t slot, int tid, const 
     } else {
         cp_async4(slot + 4096 + tid * 4, pt.absmax + blk);
     }
-}
-
-/* 8 codes (one 32-bit word, first value in the high nibble of byte 0) -> 8 bf16 (16 bytes) by the block's
- * byte tables: lb / hb hold the low / high bytes of the 16 values, four a register */
-static __device__ __forceinline__ uint4 lookup8(uint32_t w, const uint32_t lb[4], const uint32_t hb[4]) {
-    const uint32_t s3 = w & 0x77777777u;         /* entry within its half, per nibble */
-    const uint32_t b3 = (w >> 1) & 0x44444444u;  /* 4 where the nibble's top bit is set */
-    const uint32_t sa = s3, sb = s3 >> 16, ma = b3 | 0x3210u, mb = (b3 >> 16) | 0x3210u;
-    const uint32_t lo_a = __byte_perm(__byte_perm(lb[0], lb[1], sa), __byte_perm(lb[2], lb[3], sa), ma);
-    const uint32_t hi_a = __byte_perm(__byte_perm(hb[0], hb[1], sa), __byte_perm(hb[2], hb[3], sa), ma);
-    const uint32_t lo_b = __byte_perm(__byte_perm(lb[0], lb[1], sb), __byte_perm(lb[2], lb[3], sb), mb);
-    const uint32_t hi_b = __byte_perm(__byte_perm(hb[0], hb[1], sb), __byte_perm(hb[2], hb[3], sb), mb);
-    /* nibble j of a group is value (j ^ 1) of it: values 0, 1 are nibbles 1, 0 */
-    return make_uint4(__byte_perm(lo_a, hi_a, 0x4051), __byte_perm(lo_a, hi_a, 0x6273), __byte_perm(lo_b, hi_b, 0x4051),
-                      __byte_perm(lo_b, hi_b, 0x6273));
 }
 
 /* dequantizes the staged unit (block b of W, staging slot `slot`) into 8 16-byte chunks; chunk c goes to
@@ -207,20 +136,8 @@ static __device__ __forceinline__ void unit_store(uint32_t slot, int tid, const 
     } else {
         s = __uint_as_float(sw);
     }
-    const float4 *cb = reinterpret_cast<const float4 *>(cb_s + 16 * b.part);
-    uint32_t pk[8];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float4 c = cb[i];
-        pk[2 * i] = pack_bf16(ng_mul_ftz(c.x, s), ng_mul_ftz(c.y, s));
-        pk[2 * i + 1] = pack_bf16(ng_mul_ftz(c.z, s), ng_mul_ftz(c.w, s));
-    }
     uint32_t lb[4], hb[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        lb[i] = __byte_perm(pk[2 * i], pk[2 * i + 1], 0x6420);
-        hb[i] = __byte_perm(pk[2 * i], pk[2 * i + 1], 0x7531);
-    }
+    nf4_block_tables(cb_s + 16 * b.part, s, lb, hb);
     const uint32_t words[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
     for (int c = 0; c < 8; c++) {
@@ -389,30 +306,6 @@ static __global__ void __launch_bounds__(ng_cfg<BN, BWD>::THREADS, 1) nf4_gemm_k
 
 /* ---- host ---- */
 
-static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void) {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
-    if (!fn) {
-        void *f = NULL;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = (PFN_cuTensorMapEncodeTiled_v12000)f;
-    }
-    return fn;
-}
-
-static bool device_is_sm90(void) {
-    static int cached = -1;
-    if (cached < 0) {
-        int dev = 0, major = 0, minor = 0;
-        cached = cudaGetDevice(&dev) == cudaSuccess &&
-                 cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                 cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-                 major == 9 && minor == 0;
-    }
-    return cached == 1;
-}
-
 extern "C" int qlt_cuda_nf4_gemm_ok(const qlt_nf4 *const *q, const int64_t *rows, int k, int64_t cols) {
     if (k < 1 || k > QLT_NF4_GEMM_MAX_PARTS || cols <= 0 || cols % 256 != 0 || !device_is_sm90() || !tensor_map_encoder())
         return 0;
@@ -431,28 +324,11 @@ static int ng_setup(ng_params &p, const void *a, int64_t lda, int64_t m, int64_t
     if (((uintptr_t)a & 15) != 0 || (lda * 2) % 16 != 0 || kdim % NG_BK != 0)
         return qlt_fail("NF4 GEMM: A must be 16-byte aligned with a 16-byte row pitch and k %% 64 == 0");
     memset(&p, 0, sizeof p);
-    int64_t row0 = 0;
-    for (int i = 0; i < k; i++) {
-        ng_part &pt = p.part[i];
-        pt.codes = q[i]->codes;
-        pt.absmax = q[i]->absmax;
-        pt.absmax_q = q[i]->absmax_q;
-        pt.nested_absmax = q[i]->nested_absmax;
-        pt.code = q[i]->code;
-        pt.nested_code = q[i]->nested_code;
-        pt.offset = q[i]->offset;
-        pt.row0 = row0;
-        row0 += rows[i];
-    }
+    nf4_fill_parts(p.part, q, rows, k);
     p.nparts = k;
     p.nested = q[0]->double_quant;
     p.m = m, p.n = n, p.k = kdim, p.wcols = cols;
-    const cuuint64_t dims[2] = {(cuuint64_t)kdim, (cuuint64_t)m};
-    const cuuint64_t strides[1] = {(cuuint64_t)lda * 2};
-    const cuuint32_t box[2] = {NG_BK, NG_BM}, estr[2] = {1, 1};
-    CUresult r = tensor_map_encoder()(&p.a_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(a), dims, strides,
-                                      box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult r = nf4_tile_map(&p.a_map, a, lda, m, kdim, NG_BK, NG_BM);
     if (r != CUDA_SUCCESS) return qlt_fail("NF4 GEMM: cuTensorMapEncodeTiled failed (%d)", (int)r);
     return 0;
 }

@@ -5,7 +5,10 @@
  *           max |error| relative to max |reference| (the fused path must not be worse than 1.5x cuBLAS's).
  *   time:   median of 5 alternating rounds of 10 launches each, microseconds a GEMM and TFLOP/s.
  * Weights: random bf16 quantized by the trainer's own NF4 quantizer (double quantization).
- *   nf4_gemm_probe [M=2048] [BN=0 (pick) | 128 | 256]   (built by scripts/package-gpu.sh into carry/bin)
+ *   nf4_gemm_probe [M=2048] [BN=0 (pick) | 128 | 256 | -1: the register-A forward, tools/nf4_gemm_rs.cu]
+ *   (built by scripts/package-gpu.sh into carry/bin)
+ * PROBE_ENERGY_SECONDS=S: each path of each shape also runs back to back for S seconds (after S seconds of
+ * warm-up) between two reads of the GPU's energy counter: sustained microseconds and joules a product.
  * Exit status 1 when a shape's values fail the check. */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -21,6 +24,7 @@ extern "C" {
 }
 #include "cuda/nf4.h"
 #include "nf4_gemm.h"
+#include "probe_energy.h"
 
 #define CHECK(x)                                                                                           \
     do {                                                                                                   \
@@ -84,7 +88,8 @@ static void unfused(const shape &s, qlt_nf4 *const *q, __nv_bfloat16 *wbuf, long
 
 static void fused(const shape &s, qlt_nf4 *const *q, long R, long M, const __nv_bfloat16 *in, __nv_bfloat16 *out, int bn) {
     const qlt_nf4 *qs[2] = {q[0], q[1]};
-    if (!s.bwd) CHECK(qlt_cuda_nf4_gemm_fwd(out, R, in, s.cols, M, qs, s.rows, s.parts, s.cols, bn, NULL));
+    if (bn < 0) CHECK(qlt_cuda_nf4_gemm_rs_fwd(out, R, in, s.cols, M, qs, s.rows, s.parts, s.cols, NULL));
+    else if (!s.bwd) CHECK(qlt_cuda_nf4_gemm_fwd(out, R, in, s.cols, M, qs, s.rows, s.parts, s.cols, bn, NULL));
     else CHECK(qlt_cuda_nf4_gemm_bwd(out, s.cols, in, R, M, qs, s.rows, s.parts, s.cols, s.beta, bn, NULL));
 }
 
@@ -102,6 +107,9 @@ int main(int argc, char **argv) {
         {"bwd down dX", true, 1, {3584, 0}, 18944, 0},
     };
     CHECK(cublasCreate(&blas));
+    const double energy_s = getenv("PROBE_ENERGY_SECONDS") ? atof(getenv("PROBE_ENERGY_SECONDS")) : 0;
+    probe_energy meter;
+    const bool metered = energy_s > 0 && meter.open();
     cudaEvent_t e0, e1;
     CHECK(cudaEventCreate(&e0));
     CHECK(cudaEventCreate(&e1));
@@ -109,6 +117,7 @@ int main(int argc, char **argv) {
     printf("%-16s %6s %6s %6s | %10s %10s %6s | %7s %9s %8s %6s %7s %7s\n", "shape", "M", "N", "K", "err cuBLAS",
            "err fused", "check", "us deq", "us deq+blas", "us fused", "speed", "TF/s", "TF/s bl");
     for (const shape &s : shapes) {
+        if (bn < 0 && s.bwd) continue; /* the register-A kernel is forward only */
         const long R = s.rows[0] + (s.parts > 1 ? s.rows[1] : 0);
         const long in_cols = s.bwd ? R : s.cols, out_cols = s.bwd ? s.cols : R;
         qlt_nf4 q[2];
@@ -186,6 +195,23 @@ int main(int argc, char **argv) {
         std::sort(t_deq.begin(), t_deq.end());
         std::sort(t_unf.begin(), t_unf.end());
         std::sort(t_fus.begin(), t_fus.end());
+        if (metered) {
+            /* sustained: us and J a product, each path back to back for energy_s seconds after a warm-up */
+            auto sustain = [&](auto call, float us_each, double *us, double *joules) {
+                const int n = std::max(1, (int)(energy_s * 1e6 / us_each));
+                double secs, total;
+                meter.sustain(call, n, &secs, &total);
+                *us = secs * 1e6 / n, *joules = total / n;
+            };
+            auto unf = [&]() { unfused(s, qp, wbuf, R, M, in, out_a, CUDA_R_16BF, beta); };
+            auto fus = [&]() { fused(s, qp, R, M, in, out_b, bn); };
+            double us_u, j_u, us_f, j_f;
+            sustain(unf, t_unf[2], &us_u, &j_u); /* warm-up */
+            sustain(unf, t_unf[2], &us_u, &j_u);
+            sustain(fus, t_fus[2], &us_f, &j_f);
+            printf("%-16s sustained: dequantize + cuBLAS %.1f us %.4f J, fused %.1f us %.4f J (energy %.2fx)\n", s.name,
+                   us_u, j_u, us_f, j_f, j_f / j_u);
+        }
         const double flop = 2.0 * M * R * s.cols;
         printf("%-16s %6ld %6ld %6ld | %10.2e %10.2e %6s | %7.1f %9.1f %8.1f %5.2fx %7.0f %7.0f\n", s.name, M, out_cols,
                in_cols, ea, eb, ok ? "ok" : "FAILED", t_deq[2], t_unf[2], t_fus[2], t_unf[2] / t_fus[2],

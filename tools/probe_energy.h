@@ -5,7 +5,10 @@
 #ifndef QLT_PROBE_ENERGY_H
 #define QLT_PROBE_ENERGY_H
 
+#include <cuda_runtime.h>
 #include <dlfcn.h>
+
+#include <chrono>
 
 struct probe_energy {
     void *dev = nullptr;
@@ -23,6 +26,16 @@ struct probe_energy {
     double joules() {
         unsigned long long mj = 0;
         return read(dev, &mj) == 0 ? mj / 1e3 : -1;
+    }
+    /* call() n times back to back from an idle device to an idle device: *seconds and *joules in all */
+    template <typename F> void sustain(F call, int n, double *seconds, double *joules) {
+        cudaDeviceSynchronize();
+        const double j0 = this->joules();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < n; i++) call();
+        cudaDeviceSynchronize();
+        *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        *joules = this->joules() - j0;
     }
 };
 
