@@ -36,9 +36,12 @@ int qlt_cuda_nf4_gemm_bwd(void *dx, int64_t lddx, const void *dy, int64_t lddy, 
 
 /* The forward again by tools/nf4_gemm_rs.cu: W dequantized by the consumer warps into the A registers of a
  * register-A wgmma (C^T = W x^T), no bf16 tile of W in shared memory. Needs double quantization, each part's
- * rows % 128 == 0, cols % 256 == 0; 0, or -1 with qlt_fail. */
+ * rows % 128 == 0, cols % 256 == 0, and q's codes in the kernel's layout (qlt_cuda_nf4_gemm_rs_layout); 0, or
+ * -1 with qlt_fail. */
 int qlt_cuda_nf4_gemm_rs_fwd(void *y, int64_t ldy, const void *x, int64_t ldx, int64_t m, const qlt_nf4 *const *q,
                              const int64_t *rows, int k, int64_t cols, void *stream);
+/* dst = src's NF4 codes (numel values) in qlt_cuda_nf4_gemm_rs_fwd's layout (asynchronous) */
+int qlt_cuda_nf4_gemm_rs_layout(uint8_t *dst, const uint8_t *src, int64_t numel, void *stream);
 
 #ifdef __cplusplus
 }

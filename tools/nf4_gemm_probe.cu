@@ -86,9 +86,13 @@ static void unfused(const shape &s, qlt_nf4 *const *q, __nv_bfloat16 *wbuf, long
                            CUBLAS_GEMM_DEFAULT));
 }
 
+/* the register-A kernel's copies of the weights: the same arrays, the codes in its layout */
+static qlt_nf4 rs_q[2];
+
 static void fused(const shape &s, qlt_nf4 *const *q, long R, long M, const __nv_bfloat16 *in, __nv_bfloat16 *out, int bn) {
     const qlt_nf4 *qs[2] = {q[0], q[1]};
-    if (bn < 0) CHECK(qlt_cuda_nf4_gemm_rs_fwd(out, R, in, s.cols, M, qs, s.rows, s.parts, s.cols, NULL));
+    const qlt_nf4 *rq[2] = {&rs_q[0], &rs_q[1]};
+    if (bn < 0) CHECK(qlt_cuda_nf4_gemm_rs_fwd(out, R, in, s.cols, M, rq, s.rows, s.parts, s.cols, NULL));
     else if (!s.bwd) CHECK(qlt_cuda_nf4_gemm_fwd(out, R, in, s.cols, M, qs, s.rows, s.parts, s.cols, bn, NULL));
     else CHECK(qlt_cuda_nf4_gemm_bwd(out, s.cols, in, R, M, qs, s.rows, s.parts, s.cols, s.beta, bn, NULL));
 }
@@ -142,6 +146,11 @@ int main(int argc, char **argv) {
             CHECK(qlt_cuda_nf4_alloc(&q[i], s.rows[i] * s.cols, 64, 1));
             CHECK(qlt_cuda_nf4_quantize(&q[i], src, QLT_DTYPE_BF16, ws, NULL, NULL));
             CHECK(cudaFree(ws));
+            rs_q[i] = q[i];
+            if (bn < 0) {
+                CHECK(cudaMalloc(&rs_q[i].codes, (size_t)(s.rows[i] * s.cols / 2)));
+                CHECK(qlt_cuda_nf4_gemm_rs_layout(rs_q[i].codes, q[i].codes, s.rows[i] * s.cols, NULL));
+            }
         }
         /* values */
         float beta = s.beta;
@@ -217,7 +226,10 @@ int main(int argc, char **argv) {
                in_cols, ea, eb, ok ? "ok" : "FAILED", t_deq[2], t_unf[2], t_fus[2], t_unf[2] / t_fus[2],
                flop / (t_fus[2] * 1e-6) / 1e12, flop / ((t_unf[2] - t_deq[2]) * 1e-6) / 1e12);
         fflush(stdout);
-        for (int i = 0; i < s.parts; i++) qlt_cuda_nf4_free(&q[i]);
+        for (int i = 0; i < s.parts; i++) {
+            if (bn < 0) cudaFree(rs_q[i].codes);
+            qlt_cuda_nf4_free(&q[i]);
+        }
         cudaFree(src), cudaFree(wbuf), cudaFree(in), cudaFree(out_a), cudaFree(out_b), cudaFree(init), cudaFree(ref),
             cudaFree(errs);
     }

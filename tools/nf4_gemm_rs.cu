@@ -11,24 +11,29 @@
  * sub-partition's 16K registers hold two such warps, so a ninth (producer) warp does not fit, and setmaxnreg
  * would not help (ptxas compiles within the launch's count). Each thread issues, RS_STAGES - 1 k tiles ahead:
  *   - its 16 bytes of the tile's 4 KB of codes by cp.async;
- *   - thread r < 128: row r's block scale (from the double-quantized scale codes) into shared memory;
+ *   - thread r < 128: row r's block table into shared memory: the 16 values bf16(mul.ftz(code, absmax)) of
+ *     the row's quantization block, as lookup8 reads them (computed once a row, not by each of the 4 threads
+ *     that read the row);
  *   - thread 0: the TMA load of x's [256 x 64] tile (128-byte swizzle: wgmma's K-major B operand).
  * A stage is refilled once every warp has released it (`empty`, one arrival a warp after its wgmmas). The
  * stage's `full` barrier counts 256 + 128 + 1 arrivals: each thread's asynchronous arrive when its cp.async
- * lands, a release arrive after each scale store, and the TMA's transaction count.
+ * lands, a release arrive after each table store, and the TMA's transaction count.
  * Warpgroup wg multiplies W rows [64 wg, +64). For each k tile a thread needs rows g and g + 8 of its warp's
- * 16, and the k columns 2t + 8j, +1 (j = 0..7: the mma.sync A layout over four k16 steps). Those are byte t
- * of each 4-byte word of the row's 32 code bytes. Gathered by byte permutes, they are looked up in the
- * block's 16-value table (lookup8: bf16(mul.ftz(code, absmax)), the values qlt_cuda_nf4_dequantize writes)
- * straight into the A registers. Fragments for k tile kt + 1 are built while the wgmmas of k tile kt run (two
+ * 16, and the k columns 2t + 8j, +1 (j = 0..7: the mma.sync A layout over four k16 steps): byte t of each
+ * 4-byte word of the row's 32 code bytes in bitsandbytes' layout. The codes the kernel reads are rearranged
+ * once (qlt_cuda_nf4_gemm_rs_layout) so those 8 bytes are contiguous: one 8-byte load, looked up in the row's
+ * table (lookup8; the values qlt_cuda_nf4_dequantize writes) straight into the A registers. Fragments for k tile kt + 1 are built while the wgmmas of k tile kt run (two
  * register sets).
  * Epilogue: C^T's accumulators are transposed through shared memory into y's rows (16-byte stores).
+ * QLT_RS_NO_BUILD=1 (a measurement, wrong values): k tile 0's fragments reused for every k tile, the kernel
+ * without its dequantization, to see what the pipeline alone reaches.
  * Needs: every part's rows % 128 == 0, cols % 256 == 0 (whole 4-block groups of scale codes), 16-byte aligned
  * x and y rows, double quantization. Tokens m may be any count (TMA zero-fills, the epilogue guards). */
 #include "nf4_gemm.h"
 
 #include "nf4_wgmma_common.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define RS_BM 128 /* rows of W (output features) a CTA */
@@ -39,8 +44,8 @@
 struct rs_cfg {
     static constexpr int X_BYTES = RS_BN * RS_BK * 2;         /* x tile, 128-byte swizzled */
     static constexpr int CODE_BYTES = RS_BM * RS_BK / 2;      /* codes [128 rows x 32 bytes] */
-    static constexpr int SCALE_BYTES = RS_BM * 4;             /* fp32 block scale a row */
-    static constexpr int STAGE = (X_BYTES + CODE_BYTES + SCALE_BYTES + 1023) / 1024 * 1024;
+    static constexpr int TABLE_BYTES = RS_BM * 32;            /* a row's block table: lb[4], hb[4] (lookup8) */
+    static constexpr int STAGE = (X_BYTES + CODE_BYTES + TABLE_BYTES + 1023) / 1024 * 1024;
     static constexpr int THREADS = 256;
     static constexpr int EPI_PITCH = RS_BM * 2 + 16; /* bytes a token row of the transposed tile (no bank conflicts) */
     static_assert(RS_BN * EPI_PITCH <= RS_STAGES * STAGE, "the epilogue's tile reuses the stages");
@@ -52,6 +57,7 @@ struct rs_params {
     CUtensorMap x_map; /* x [m, cols] bf16 */
     nf4_part part[QLT_NF4_GEMM_MAX_PARTS];
     int nparts;
+    int no_build; /* a measurement only (QLT_RS_NO_BUILD=1): k tile 0's fragments reused, wrong values */
     bf16 *y;
     int64_t ldy, m, n, k; /* y [m, n] = x [m, k] . W^T, W [n, k] */
 };
@@ -61,19 +67,17 @@ static __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
-/* The 8 A-register values (bf16 pairs) of one W row for one k tile: byte t + 4 j of the row's 32 code bytes
- * (j = 0..7) through the block's tables. out[j] holds k columns 2t + 8j, +1. */
-static __device__ __forceinline__ void row_fragments(uint32_t codes, int t, float scale, const float *cb, uint32_t out[8]) {
-    uint4 lo, hi;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(lo.x), "=r"(lo.y), "=r"(lo.z), "=r"(lo.w) : "r"(codes));
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(hi.x), "=r"(hi.y), "=r"(hi.z), "=r"(hi.w)
-                 : "r"(codes + 16));
-    const uint32_t sel = (uint32_t)t | ((uint32_t)(t + 4) << 4);
-    const uint32_t w0 = __byte_perm(__byte_perm(lo.x, lo.y, sel), __byte_perm(lo.z, lo.w, sel), 0x5410);
-    const uint32_t w1 = __byte_perm(__byte_perm(hi.x, hi.y, sel), __byte_perm(hi.z, hi.w, sel), 0x5410);
-    uint32_t lb[4], hb[4];
-    nf4_block_tables(cb, scale, lb, hb);
+/* The 8 A-register values (bf16 pairs) of one W row for one k tile: in the kernel's code layout (see
+ * qlt_cuda_nf4_gemm_rs_layout) thread t's 8 code bytes are bytes 8t..8t+7 of the row's 32, one 8-byte load;
+ * they go through the row's block table (lb, hb at `table`, written by rs_issue). out[j] holds k columns
+ * 2t + 8j, +1. */
+static __device__ __forceinline__ void row_fragments(uint32_t codes, uint32_t table, int t, uint32_t out[8]) {
+    uint32_t w0, w1;
+    uint4 l, h;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(w0), "=r"(w1) : "r"(codes + t * 8));
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(l.x), "=r"(l.y), "=r"(l.z), "=r"(l.w) : "r"(table));
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(h.x), "=r"(h.y), "=r"(h.z), "=r"(h.w) : "r"(table + 16));
+    const uint32_t lb[4] = {l.x, l.y, l.z, l.w}, hb[4] = {h.x, h.y, h.z, h.w};
     const uint4 a = lookup8(w0, lb, hb), b = lookup8(w1, lb, hb);
     out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
     out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
@@ -81,15 +85,12 @@ static __device__ __forceinline__ void row_fragments(uint32_t codes, int t, floa
 
 /* A fragments [k16 step][4] of k tile kt for rows lr0 and lr0 + 8 (after waiting for the stage) */
 static __device__ __forceinline__ void build_fragments(uint32_t f[4][4], uint32_t stage, uint32_t full, uint32_t parity,
-                                                       int lr0, int t, const float *cb) {
+                                                       int lr0, int t) {
     mbar_wait(full, parity);
-    const uint32_t codes = stage + rs_cfg::X_BYTES, scales = codes + rs_cfg::CODE_BYTES;
-    float s0, s1;
-    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(s0) : "r"(scales + lr0 * 4));
-    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(s1) : "r"(scales + (lr0 + 8) * 4));
+    const uint32_t codes = stage + rs_cfg::X_BYTES, tables = codes + rs_cfg::CODE_BYTES;
     uint32_t r0[8], r1[8];
-    row_fragments(codes + lr0 * 32, t, s0, cb, r0);
-    row_fragments(codes + (lr0 + 8) * 32, t, s1, cb, r1);
+    row_fragments(codes + lr0 * 32, tables + lr0 * 32, t, r0);
+    row_fragments(codes + (lr0 + 8) * 32, tables + (lr0 + 8) * 32, t, r1);
 #pragma unroll
     for (int s = 0; s < 4; s++) {
         f[s][0] = r0[2 * s];
@@ -111,6 +112,7 @@ struct rs_loader {
     int64_t codes_step;       /* bytes to the next k tile's */
     uint32_t codes_dst;       /* its offset in a stage */
     const float *ncode;
+    const float *code; /* [16] the NF4 codebook (shared memory) */
     float offset;
 };
 
@@ -134,7 +136,13 @@ static __device__ __forceinline__ void rs_issue(rs_loader &ld, const rs_params &
         }
         const uint32_t q = (ld.qw >> (8 * (kt & 3))) & 0xffu;
         const float scale = __fadd_rn(ng_mul_ftz(ld.ncode[q], ld.nabs), ld.offset);
-        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(stage + rs_cfg::X_BYTES + rs_cfg::CODE_BYTES + tid * 4), "f"(scale)
+        uint32_t lb[4], hb[4];
+        nf4_block_tables(ld.code, scale, lb, hb);
+        const uint32_t dst = stage + rs_cfg::X_BYTES + rs_cfg::CODE_BYTES + tid * 32;
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(lb[0]), "r"(lb[1]), "r"(lb[2]), "r"(lb[3])
+                     : "memory");
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + 16), "r"(hb[0]), "r"(hb[1]), "r"(hb[2]),
+                     "r"(hb[3])
                      : "memory");
         mbar_arrive(full);
     }
@@ -146,7 +154,7 @@ static __device__ __forceinline__ void rs_issue(rs_loader &ld, const rs_params &
  * one step later, was tried: it was no faster and its results were wrong; not understood yet.) */
 static __device__ __forceinline__ void mainloop_step(float acc[128], uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4],
                                                      rs_loader &ld, const rs_params &p, int kt, int ktiles, uint32_t base,
-                                                     uint32_t bars, int64_t n0, int lr0, int t, const float *cb) {
+                                                     uint32_t bars, int64_t n0, int lr0, int t) {
     const int s = kt % RS_STAGES;
     const uint32_t x_tile = base + s * rs_cfg::STAGE;
     wgmma_fence();
@@ -160,7 +168,15 @@ static __device__ __forceinline__ void mainloop_step(float acc[128], uint32_t (&
     }
     if (kt + 1 < ktiles) {
         const int s1 = (kt + 1) % RS_STAGES;
-        build_fragments(nxt, base + s1 * rs_cfg::STAGE, bars + 8 * s1, (uint32_t)((kt + 1) / RS_STAGES) & 1u, lr0, t, cb);
+        if (p.no_build) {
+            mbar_wait(bars + 8 * s1, (uint32_t)((kt + 1) / RS_STAGES) & 1u);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) nxt[i][j] = cur[i][j];
+        } else {
+            build_fragments(nxt, base + s1 * rs_cfg::STAGE, bars + 8 * s1, (uint32_t)((kt + 1) / RS_STAGES) & 1u, lr0, t);
+        }
     }
     wgmma_wait<0>();
     reg_fence(acc, 128);
@@ -204,6 +220,7 @@ static __global__ void __launch_bounds__(rs_cfg::THREADS, 1) nf4_gemm_rs_kernel(
         ld.codes_step = RS_BK / 2;
         ld.codes_dst = (uint32_t)(row * 32 + half * 16);
         ld.ncode = ncode_s + part * 256;
+        ld.code = cb_s + 16 * part;
         ld.offset = pt.offset;
         ld.nested = pt.nested_absmax;
         ld.blk0 = (prow0 + (tid & (RS_BM - 1))) * kblocks;
@@ -222,13 +239,12 @@ static __global__ void __launch_bounds__(rs_cfg::THREADS, 1) nf4_gemm_rs_kernel(
     {
         const int cw = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
         const int lr0 = cw * 64 + 16 * w + g; /* this thread's rows lr0 and lr0 + 8 of the tile */
-        const float *cb = cb_s + 16 * part;
         float acc[128]; /* not zeroed: the first wgmma runs with scale_d 0 */
         uint32_t fa[4][4], fb[4][4];
-        build_fragments(fa, base, bars, 0u, lr0, t, cb);
+        build_fragments(fa, base, bars, 0u, lr0, t);
         for (int kt = 0; kt < ktiles; kt += 2) { /* ktiles is even (cols % 256 == 0): no branch around a wgmma */
-            mainloop_step(acc, fa, fb, ld, p, kt, ktiles, base, bars, n0, lr0, t, cb);
-            mainloop_step(acc, fb, fa, ld, p, kt + 1, ktiles, base, bars, n0, lr0, t, cb);
+            mainloop_step(acc, fa, fb, ld, p, kt, ktiles, base, bars, n0, lr0, t);
+            mainloop_step(acc, fb, fa, ld, p, kt + 1, ktiles, base, bars, n0, lr0, t);
         }
         /* epilogue: accumulator (W row lr0 (+8), tokens 8 j + 2 t, +1) -> tile T [256 tokens][128 rows] bf16 */
         __syncthreads(); /* both warpgroups' last wgmmas have read their stage */
@@ -270,6 +286,7 @@ extern "C" int qlt_cuda_nf4_gemm_rs_fwd(void *y, int64_t ldy, const void *x, int
     memset(&p, 0, sizeof p);
     const int64_t total = nf4_fill_parts(p.part, q, rows, k);
     p.nparts = k;
+    p.no_build = getenv("QLT_RS_NO_BUILD") && atoi(getenv("QLT_RS_NO_BUILD")) == 1;
     p.y = (bf16 *)y, p.ldy = ldy, p.m = m, p.n = total, p.k = cols;
     const CUresult r = nf4_tile_map(&p.x_map, x, ldx, m, cols, RS_BK, RS_BN);
     if (r != CUDA_SUCCESS) return qlt_fail("NF4 GEMM (register A): cuTensorMapEncodeTiled failed (%d)", (int)r);
@@ -280,7 +297,8 @@ extern "C" int qlt_cuda_nf4_gemm_rs_fwd(void *y, int64_t ldy, const void *x, int
             return qlt_fail("NF4 GEMM (register A): cannot reserve %d bytes of shared memory", rs_cfg::SMEM);
         attr_set = true;
     }
-    /* tokens fastest: the CTAs of one W tile run together, so its codes are read from HBM about once */
+    /* tokens fastest: the CTAs of one W tile run together, so its codes are read from HBM about once (grouping
+     * token tiles so x stays in L2 at 8192 tokens was measured: no faster) */
     const dim3 grid((unsigned)((m + RS_BN - 1) / RS_BN), (unsigned)(total / RS_BM));
     nf4_gemm_rs_kernel<<<grid, rs_cfg::THREADS, rs_cfg::SMEM, (cudaStream_t)stream>>>(p);
     cudaError_t e = cudaGetLastError();
@@ -293,4 +311,31 @@ extern "C" int qlt_cuda_nf4_gemm_rs_fwd(void *y, int64_t ldy, const void *x, int
                         cudaGetErrorString(e), fa.numRegs, fa.maxThreadsPerBlock, rs_cfg::SMEM, fa.sharedSizeBytes);
     }
     return 0;
+}
+
+/* 32-byte block c of the codes (64 values, one quantization block) rearranged so the consumer thread t of a
+ * quad finds its 8 bytes (bitsandbytes' bytes t, t + 4, ..., t + 28) together: new byte 8t + j = old byte t + 4j */
+static __global__ void nf4_rs_layout_kernel(uint8_t *dst, const uint8_t *src, int64_t blocks) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= blocks) return;
+    const uint4 a = reinterpret_cast<const uint4 *>(src)[2 * c], b = reinterpret_cast<const uint4 *>(src)[2 * c + 1];
+    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    uint32_t o[8];
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        const uint32_t sel = (uint32_t)t | ((uint32_t)(t + 4) << 4);
+        o[2 * t] = __byte_perm(__byte_perm(w[0], w[1], sel), __byte_perm(w[2], w[3], sel), 0x5410);
+        o[2 * t + 1] = __byte_perm(__byte_perm(w[4], w[5], sel), __byte_perm(w[6], w[7], sel), 0x5410);
+    }
+    reinterpret_cast<uint4 *>(dst)[2 * c] = make_uint4(o[0], o[1], o[2], o[3]);
+    reinterpret_cast<uint4 *>(dst)[2 * c + 1] = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+extern "C" int qlt_cuda_nf4_gemm_rs_layout(uint8_t *dst, const uint8_t *src, int64_t numel, void *stream) {
+    if (numel % 64 != 0 || ((uintptr_t)dst & 15) != 0 || ((uintptr_t)src & 15) != 0)
+        return qlt_fail("NF4 GEMM (register A): the code layout needs whole 64-value blocks and 16-byte aligned codes");
+    const int64_t blocks = numel / 64;
+    nf4_rs_layout_kernel<<<(unsigned)((blocks + 255) / 256), 256, 0, (cudaStream_t)stream>>>(dst, src, blocks);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : qlt_fail("NF4 GEMM (register A): layout kernel failed: %s", cudaGetErrorString(e));
 }
