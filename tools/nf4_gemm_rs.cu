@@ -11,7 +11,7 @@
  * sub-partition's 16K registers hold two such warps, so a ninth (producer) warp does not fit, and setmaxnreg
  * would not help (ptxas compiles within the launch's count). Each thread issues, RS_STAGES - 1 k tiles ahead:
  *   - its 16 bytes of the tile's 4 KB of codes by cp.async;
- *   - thread r < 128: row r's block table into shared memory: the 16 values bf16(mul.ftz(code, absmax)) of
+ *   - 64 threads of each warpgroup, one W row each: the row's block table into shared memory: the 16 values bf16(mul.ftz(code, absmax)) of
  *     the row's quantization block, as lookup8 reads them (computed once a row, not by each of the 4 threads
  *     that read the row);
  *   - thread 0: the TMA load of x's [256 x 64] tile (128-byte swizzle: wgmma's K-major B operand).
@@ -101,7 +101,7 @@ static __device__ __forceinline__ void build_fragments(uint32_t f[4][4], uint32_
 }
 
 /* What a thread issues for k tile kt into stage kt % RS_STAGES (see the top of the file); the scale codes of
- * thread r < 128's row come four k tiles to a 32-bit word, read a word ahead. */
+ * a table thread's row come four k tiles to a 32-bit word, read a word ahead. */
 struct rs_loader {
     const uint32_t *qwords;
     const float *nested;
@@ -113,6 +113,7 @@ struct rs_loader {
     uint32_t codes_dst;       /* its offset in a stage */
     const float *ncode;
     const float *code; /* [16] the NF4 codebook (shared memory) */
+    int table_row;     /* the W row whose block tables this thread writes, or -1 */
     float offset;
 };
 
@@ -126,7 +127,7 @@ static __device__ __forceinline__ void rs_issue(rs_loader &ld, const rs_params &
     }
     cp_async16(stage + rs_cfg::X_BYTES + ld.codes_dst, ld.codes_src + kt * ld.codes_step);
     cp_async_arrive_noinc(full);
-    if (tid < RS_BM) {
+    if (ld.table_row >= 0) {
         if (kt > 0 && (kt & 3) == 0) {
             ld.qw = ld.qw_next, ld.nabs = ld.nabs_next;
             if (kt + 4 < ktiles) {
@@ -138,7 +139,7 @@ static __device__ __forceinline__ void rs_issue(rs_loader &ld, const rs_params &
         const float scale = __fadd_rn(ng_mul_ftz(ld.ncode[q], ld.nabs), ld.offset);
         uint32_t lb[4], hb[4];
         nf4_block_tables(ld.code, scale, lb, hb);
-        const uint32_t dst = stage + rs_cfg::X_BYTES + rs_cfg::CODE_BYTES + tid * 32;
+        const uint32_t dst = stage + rs_cfg::X_BYTES + rs_cfg::CODE_BYTES + ld.table_row * 32;
         asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(lb[0]), "r"(lb[1]), "r"(lb[2]), "r"(lb[3])
                      : "memory");
         asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + 16), "r"(hb[0]), "r"(hb[1]), "r"(hb[2]),
@@ -223,10 +224,12 @@ static __global__ void __launch_bounds__(rs_cfg::THREADS, 1) nf4_gemm_rs_kernel(
         ld.code = cb_s + 16 * part;
         ld.offset = pt.offset;
         ld.nested = pt.nested_absmax;
-        ld.blk0 = (prow0 + (tid & (RS_BM - 1))) * kblocks;
+        /* the table rows: 64 threads of each warpgroup, one row each (the work split evenly between the two) */
+        ld.table_row = (tid & 127) < 64 ? (tid >> 7) * 64 + (tid & 63) : -1;
+        ld.blk0 = (prow0 + (ld.table_row < 0 ? 0 : ld.table_row)) * kblocks;
         ld.qwords = reinterpret_cast<const uint32_t *>(pt.absmax_q + ld.blk0);
         ld.qw = ld.qw_next = 0u, ld.nabs = ld.nabs_next = 0.0f;
-        if (tid < RS_BM) {
+        if (ld.table_row >= 0) {
             ld.qw = __ldg(ld.qwords);
             ld.nabs = __ldg(ld.nested + (ld.blk0 >> 8));
             if (ktiles > 4) {
