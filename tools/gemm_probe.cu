@@ -13,6 +13,7 @@
 
 #include "probe_check.h"
 #include "probe_energy.h"
+#include "probe_operands.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -23,22 +24,6 @@
 #include <vector>
 
 #define CHECK(x) PROBE_CHECK("gemm_probe", x)
-
-static __global__ void fill_kernel(__nv_bfloat16 *p, size_t n, unsigned seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-        p[i] = __float2bfloat16((h & 0xffff) / 65536.0f - 0.5f);
-    }
-}
-
-/* *out = max |a - b| (as float bits: non-negative floats order like ints) */
-static __global__ void maxdiff_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *b, size_t n, float *out) {
-    float m = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        m = fmaxf(m, fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i])));
-    atomicMax((int *)out, __float_as_int(m));
-}
 
 /* row-major C [m, n] = op(A) op(B) + beta C, as src/cuda/linear.cu calls cuBLAS */
 struct shape {
@@ -90,9 +75,9 @@ int main(int argc, char **argv) {
         CHECK(cudaMalloc(&C, nc * 2));
         CHECK(cudaMalloc(&C0, nc * 2));
         CHECK(cudaMalloc(&ref, nc * 2));
-        fill_kernel<<<1024, 256>>>(A, na, 1);
-        fill_kernel<<<1024, 256>>>(B, nb, 2);
-        fill_kernel<<<1024, 256>>>(C0, nc, 3);
+        fill_kernel<<<1024, 256>>>(A, na, 1, 1.0f);
+        fill_kernel<<<1024, 256>>>(B, nb, 2, 1.0f);
+        fill_kernel<<<1024, 256>>>(C0, nc, 3, 1.0f);
         const float one = 1, beta = s.beta;
         const double flop = 2.0 * M * s.n * s.k;
         /* median of 10 timed calls after 3 untimed ones; C restored first (beta != 0 reads it) */

@@ -23,33 +23,13 @@ extern "C" {
 #include "common/error.h"
 }
 #include "cuda/nf4.h"
+#include "probe_check.h"
 #include "probe_energy.h"
+#include "probe_operands.h"
 
-#define CHECK(x)                                                                                               \
-    do {                                                                                                       \
-        long e_ = (long)(x);                                                                                   \
-        if (e_ != 0) {                                                                                         \
-            fprintf(stderr, "l2_ring_probe: %s failed (%ld) at line %d: %s\n", #x, e_, __LINE__, qlt_error()); \
-            exit(2);                                                                                           \
-        }                                                                                                      \
-    } while (0)
+#define CHECK(x) PROBE_CHECK_QLT("l2_ring_probe", x)
 
 static const int64_t ROWS = 37888, COLS = 3584; /* gate+up of Qwen2.5-7B */
-
-static __global__ void fill_kernel(__nv_bfloat16 *p, size_t n, unsigned seed, float scale) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-        p[i] = __float2bfloat16(scale * ((h & 0xffff) / 65536.0f - 0.5f));
-    }
-}
-
-static __global__ void maxdiff_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *b, size_t n, float *out) {
-    float m = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        m = fmaxf(m, fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i])));
-    atomicMax((int *)out, __float_as_int(m));
-}
 
 /* rows [r0, r0 + rows) of q as an NF4 tensor of its own (r0 * COLS a multiple of 64 * 256 elements) */
 static qlt_nf4 row_view(const qlt_nf4 &q, int64_t r0, int64_t rows) {

@@ -24,24 +24,11 @@ extern "C" {
 }
 #include "cuda/nf4.h"
 #include "nf4_gemm.h"
+#include "probe_check.h"
 #include "probe_energy.h"
+#include "probe_operands.h"
 
-#define CHECK(x)                                                                                           \
-    do {                                                                                                   \
-        long e_ = (long)(x);                                                                               \
-        if (e_ != 0) {                                                                                     \
-            fprintf(stderr, "nf4_gemm_probe: %s failed (%ld) at line %d: %s\n", #x, e_, __LINE__, qlt_error()); \
-            exit(2);                                                                                       \
-        }                                                                                                  \
-    } while (0)
-
-static __global__ void fill_kernel(__nv_bfloat16 *p, size_t n, unsigned seed, float scale) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-        p[i] = __float2bfloat16(((h & 0xffff) / 65536.0f - 0.5f) * scale);
-    }
-}
+#define CHECK(x) PROBE_CHECK_QLT("nf4_gemm_probe", x)
 
 /* out[0] = max |a - ref|, out[1] = max |ref| (float bits: non-negative floats order like ints) */
 template <typename T>

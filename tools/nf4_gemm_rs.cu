@@ -201,7 +201,7 @@ static __global__ void __launch_bounds__(rs_cfg::THREADS, 1) nf4_gemm_rs_kernel(
         if (m0 >= p.part[i].row0) part = i;
     const nf4_part &pt = p.part[part];
     const int64_t prow0 = m0 - pt.row0; /* the tile's first row within its part */
-    const int ktiles = (int)(p.k / RS_BK), kblocks = ktiles;
+    const int ktiles = (int)(p.k / RS_BK); /* also the quantization blocks a row: one a k tile */
 
     for (int i = tid; i < p.nparts * 16; i += rs_cfg::THREADS) cb_s[i] = p.part[i >> 4].code[i & 15];
     for (int i = tid; i < p.nparts * 256; i += rs_cfg::THREADS) ncode_s[i] = p.part[i >> 8].nested_code[i & 255];
@@ -226,7 +226,7 @@ static __global__ void __launch_bounds__(rs_cfg::THREADS, 1) nf4_gemm_rs_kernel(
         ld.nested = pt.nested_absmax;
         /* the table rows: 64 threads of each warpgroup, one row each (the work split evenly between the two) */
         ld.table_row = (tid & 127) < 64 ? (tid >> 7) * 64 + (tid & 63) : -1;
-        ld.blk0 = (prow0 + (ld.table_row < 0 ? 0 : ld.table_row)) * kblocks;
+        ld.blk0 = (prow0 + (ld.table_row < 0 ? 0 : ld.table_row)) * ktiles;
         ld.qwords = reinterpret_cast<const uint32_t *>(pt.absmax_q + ld.blk0);
         ld.qw = ld.qw_next = 0u, ld.nabs = ld.nabs_next = 0.0f;
         if (ld.table_row >= 0) {

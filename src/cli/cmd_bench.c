@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +177,10 @@ static int run_bench(const bench_opts *o, const char *tmp) {
         double mfu = peak_tflops > 0 ? 4.0 * linear * tokens_per_s / (peak_tflops * 1e12) : 0;
         double total_ms = 0;
         for (int p = 0; p < QLT_PHASE_COUNT; p++) total_ms += phase_ms[p];
+        /* energy from the GPU's counter over the measured steps (0 where there is none) */
+        const bool metered = clocks.energy_j > 0;
+        const double joules_step = clocks.energy_j / o->steps, mj_token = 1e3 * joules_step / tokens_per_step;
+        const double watts = metered ? clocks.energy_j / clocks.energy_wall_s : clocks.power_w_mean;
         if (o->json) {
             printf("{\"model\": \"%s\", \"device\": \"%s\", \"quant\": \"%s\", \"micro_batch\": %d, \"seq\": %d, \"r\": %d, "
                    "\"tokens_per_s\": %.1f, \"step_s_median\": %.5f, \"peak_gib\": %.3f, \"mfu\": %.4f, "
@@ -183,10 +188,9 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                    o->model, be->name, o->quant, o->micro_batch, o->seq, o->r, tokens_per_s, median, peak_gib, mfu,
                    peak_tflops, load_s, first_step_s, last_loss);
             printf(", \"attention\": \"%s\"", attention);
-            if (clocks.energy_j > 0)
+            if (metered)
                 printf(", \"joules_per_step\": %.2f, \"millijoules_per_token\": %.3f, \"power_w_energy\": %.1f",
-                       clocks.energy_j / o->steps, 1e3 * clocks.energy_j / o->steps / tokens_per_step,
-                       clocks.energy_j / clocks.energy_wall_s);
+                       joules_step, mj_token, watts);
             if (clocks.samples)
                 printf(", \"sm_mhz_median\": %.0f, \"sm_mhz_min\": %.0f, \"sm_mhz_max\": %.0f, \"power_w\": %.1f, "
                        "\"power_limit_w\": %.1f, \"power_capped_share\": %.3f",
@@ -211,12 +215,11 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                 printf("GPU during the measured steps: SM clock median %.0f MHz (lowest %.0f, maximum %.0f), power-capped "
                        "in %.0f%% of %d samples, power %.0f W of %.0f W (%s)\n",
                        clocks.sm_mhz_median, clocks.sm_mhz_min, clocks.sm_mhz_max, 100 * clocks.capped_share,
-                       clocks.samples,
-                       clocks.energy_j > 0 ? clocks.energy_j / clocks.energy_wall_s : clocks.power_w_mean,
-                       clocks.power_limit_w, clocks.energy_j > 0 ? "energy counter" : "mean of the power readings");
-            if (clocks.energy_j > 0)
+                       clocks.samples, watts, clocks.power_limit_w,
+                       metered ? "energy counter" : "mean of the power readings");
+            if (metered)
                 printf("energy (the GPU's counter over the measured steps): %.1f J a step, %.2f mJ a token\n",
-                       clocks.energy_j / o->steps, 1e3 * clocks.energy_j / o->steps / tokens_per_step);
+                       joules_step, mj_token);
             if (profile) printf("\n| phase | ms / step | share |\n|---|---|---|\n");
             else printf("(CUDA graph mode: no per-phase breakdown; run without --cuda-graph for it)\n");
             for (int p = 0; p < QLT_PHASE_COUNT; p++)

@@ -27,12 +27,6 @@ static double energy_seconds(void) {
     return e && atof(e) > 0 ? atof(e) : 1.5;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 typedef void (*workload_fn)(qlt_backend *be, void *ctx);
 
 typedef struct energy_result {
@@ -44,17 +38,17 @@ typedef struct energy_result {
 static energy_result measure(qlt_backend *be, workload_fn fn, void *ctx) {
     energy_result r = {0};
     be->sync(be);
-    double t0 = now_s();
+    double t0 = gpu_check_now_s();
     for (int i = 0; i < 3; i++) fn(be, ctx);
     be->sync(be);
-    const double per_call = (now_s() - t0) / 3;
+    const double per_call = (gpu_check_now_s() - t0) / 3;
     r.calls = per_call > 0 ? (int)(energy_seconds() / per_call) + 1 : 1;
     qlt_clock_report rep;
     be->clock_monitor(be, 1, NULL);
-    t0 = now_s();
+    t0 = gpu_check_now_s();
     for (int i = 0; i < r.calls; i++) fn(be, ctx);
     be->sync(be);
-    r.seconds = now_s() - t0;
+    r.seconds = gpu_check_now_s() - t0;
     be->clock_monitor(be, 0, &rep);
     if (rep.energy_j > 0) r.watts = rep.energy_j / rep.energy_wall_s;
     r.mhz = rep.sm_mhz_median;
@@ -86,7 +80,6 @@ typedef struct dequant_ctx {
 
 static void dequant_workload(qlt_backend *be, void *ctx) {
     dequant_ctx *d = (dequant_ctx *)ctx;
-    (void)be;
     qlt_cuda_nf4_dequantize(d->q, d->out, QLT_DTYPE_BF16, qlt_cuda_stream(be));
 }
 

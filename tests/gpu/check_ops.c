@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/backend.h"
 #include "common/dtype.h"
@@ -126,12 +125,6 @@ static float *hget_f32(const float *d, int64_t n) {
 
 static void row(const char *name, const char *shape, const float *got, const float *ref, int64_t n, double tol) {
     gpu_check_row(name, shape, gpu_rel_err(got, ref, n), tol, "rel");
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
 /* an uploaded bf16 weight [rows, cols] from host floats (already bf16-rounded) */
@@ -1210,13 +1203,13 @@ static void perf_attention(gpu_rng *rp, int B) {
         double tf = 0, tb = 0;
         for (int it = 0; it < 12; it++) {
             G->sync(G);
-            double t0 = now_s();
+            double t0 = gpu_check_now_s();
             G->attention_fwd(G, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale);
             G->sync(G);
-            double t1 = now_s();
+            double t1 = gpu_check_now_s();
             G->attention_bwd(G, dq, dk, dv, scr, dout, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale);
             G->sync(G);
-            double t2 = now_s();
+            double t2 = gpu_check_now_s();
             if (it >= 2) tf += t1 - t0, tb += t2 - t1;
         }
         tf /= 10, tb /= 10;
@@ -1241,10 +1234,10 @@ static void perf_attention(gpu_rng *rp, int B) {
         double tb = 0;
         for (int it = 0; it < 12; it++) {
             G->sync(G);
-            double t1 = now_s();
+            double t1 = gpu_check_now_s();
             G->attention_bwd(G, dq, dk, dv, scr, dout, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale);
             G->sync(G);
-            if (it >= 2) tb += now_s() - t1;
+            if (it >= 2) tb += gpu_check_now_s() - t1;
         }
         char shd[64];
         snprintf(shd, sizeof shd, "B%d S2048 H28/4 hd128 causal%s deterministic", B, cudnn ? " cudnn" : "");
@@ -1283,10 +1276,10 @@ void check_perf(void) {
         double tt = 0;
         for (int it = 0; it < 5; it++) {
             G->sync(G);
-            double t0 = now_s();
+            double t0 = gpu_check_now_s();
             G->lm_head_loss(G, dsc, ddx, scr, dx_in, &w, dtg, n);
             G->sync(G);
-            if (it >= 1) tt += now_s() - t0;
+            if (it >= 1) tt += gpu_check_now_s() - t0;
         }
         tt /= 4;
         gpu_check_perf("lm_head_loss ms", "N8192 V151936 D3584", tt * 1e3, "ms");
@@ -1311,11 +1304,11 @@ void check_perf(void) {
             double tt = 0;
             for (int it = 0; it < 6; it++) {
                 G->sync(G);
-                double t0 = now_s();
+                double t0 = gpu_check_now_s();
                 const qlt_weight *wp = &w;
                 G->linear_bwd_x(G, dx, dy, &wp, 1, n, 0.0f);
                 G->sync(G);
-                if (it >= 1) tt += now_s() - t0;
+                if (it >= 1) tt += gpu_check_now_s() - t0;
             }
             tt /= 5;
             gpu_check_perf(names[mode], "N8192 18944->3584", tt * 1e3, "ms");

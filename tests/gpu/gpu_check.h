@@ -19,6 +19,9 @@ typedef struct gpu_rng { uint64_t s; } gpu_rng;
 float gpu_rng_normal(gpu_rng *r);
 float gpu_rng_uniform(gpu_rng *r); /* [0, 1) */
 
+/* Seconds on the monotonic clock (for the timing rows). */
+double gpu_check_now_s(void);
+
 /* Max |a - b| / max(max |b|, tiny): relative to the reference tensor's scale. */
 double gpu_rel_err(const float *a, const float *ref, int64_t n);
 

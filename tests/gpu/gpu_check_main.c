@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu_check.h"
 
@@ -103,6 +104,12 @@ float gpu_rng_normal(gpu_rng *r) {
     float u1 = gpu_rng_uniform(r), u2 = gpu_rng_uniform(r);
     if (u1 < 1e-7f) u1 = 1e-7f;
     return sqrtf(-2.0f * logf(u1)) * cosf(6.283185307f * u2);
+}
+
+double gpu_check_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
 double gpu_rel_err(const float *a, const float *ref, int64_t n) {
