@@ -3,7 +3,8 @@
 # GPU machine; prints a side-by-side table last (tokens/s = median step, peak GiB).
 #   scripts/bench-vs-hf.sh [BIN_DIR=carry/bin] [MODELS_DIR=carry/models]
 # qlora-train: NF4 base (double quant), LoRA r 16 on all seven projections, random weights and tokens,
-# the step captured as a CUDA graph.
+# the step captured as a CUDA graph; the last row also keeps every weight dequantized between steps
+# (--dequant-cache, ~13 GiB more at 7B: no NF4 footprint any more, so it is not the issue's NF4 row).
 # HF + PEFT: bf16 base (no quantization), SDPA, the same LoRA, torch AdamW. HF_QUANT=nf4: HF's QLoRA instead
 # (the projections as bitsandbytes NF4 Linear4bit; needs the wheel `scripts/package-gpu.sh --bnb` puts in .whl/).
 # Each run's SM clock and power are sampled every 100 ms (nvidia-smi): the table gives the median SM clock of
@@ -29,6 +30,7 @@ cases=(
   "qwen2.5-7b mb1|qwen2.5-7b|1|2048|--cuda-graph|"
   "qwen2.5-7b mb4 (HF: checkpointing, it does not fit without)|qwen2.5-7b|4|2048|--cuda-graph|--grad-checkpoint"
   "qwen2.5-7b mb4, both checkpointing|qwen2.5-7b|4|2048|--cuda-graph --grad-checkpoint layer|--grad-checkpoint"
+  "qwen2.5-7b mb1, qlora-train keeping the weights dequantized (train.dequant_cache_gib)|qwen2.5-7b|1|2048|--cuda-graph --dequant-cache 100|"
 )
 [ -n "${BENCH_CASES:-}" ] && IFS=';' read -r -a cases <<< "$BENCH_CASES"
 # sample FILE: nvidia-smi's clock / power / throttle samples into FILE until stop_sample

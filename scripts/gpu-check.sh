@@ -16,7 +16,7 @@ if [ ! -x "$bin" ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
 export LD_LIBRARY_PATH="$build_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-groups="embed rmsnorm rope elementwise swiglu fused_norms linear weight_stack lora adapter_fold attention attention_mma lm_head_loss optimizer graph_capture perf"
+groups="embed rmsnorm rope elementwise swiglu fused_norms linear weight_stack lora adapter_fold attention attention_mma lm_head_loss optimizer graph_capture dequant_cache perf"
 table=$(mktemp)
 status=0
 for g in $groups; do
@@ -26,10 +26,19 @@ for g in $groups; do
     # the attention checks again with the mma.sync kernels that GPUs other than compute capability 9.0 run
     # (on 9.0, head_dim 128 takes the wgmma kernels): rows marked "(mma.sync)"
     out=$(QLT_ATTN_WGMMA=0 "$bin" attention 2>&1 | sed 's/^| \(attention[^|]*\)|/| \1(mma.sync) |/')
+    rc=$?
+  elif [ "$g" = dequant_cache ]; then
+    # the checks of the frozen-weight ops again with every weight kept dequantized (train.dequant_cache_gib:
+    # weight_cache.cu's entries, their own row strides): rows marked "(dequant cache)"
+    out=$(rc=0; for sub in linear weight_stack lora adapter_fold lm_head_loss graph_capture; do
+            QLT_GPU_CHECK_DEQUANT_CACHE=100 "$bin" "$sub" 2>&1 || rc=$?; done
+          exit $rc)
+    rc=$?
+    out=$(echo "$out" | sed 's/^| \([^|]*\)|/| \1(dequant cache) |/; s/^| check (dequant cache) |/| check |/')
   else
     out=$("$bin" "$g" 2>&1)
+    rc=$?
   fi
-  rc=$?
   echo "$out" | sed -n '/^| check |/q;p'
   echo "$out" | sed -n '/^| check |/,$p' | grep '^| ' | grep -v '^| check |' | grep -v '^|---' >> "$table"
   if [ "$rc" -gt 1 ]; then

@@ -20,6 +20,8 @@ gate+up GEMM (one rounding instead of two), both runs' step-1 norms within 1.4e-
 Prints one table row per check; exit 1 if any fails.
 
     python3 scripts/gpu_golden.py BINARY FIXTURES_DIR OUT_DIR
+GOLDEN_SET="key=value ..." adds those --set assignments to every train and eval run (e.g.
+GOLDEN_SET=train.dequant_cache_gib=100: the same checks with every weight kept dequantized).
 """
 import json
 import os
@@ -42,6 +44,9 @@ def row(name, value, tol):
 
 
 def run(binary, args):
+    if args and args[0] in ("train", "eval"):
+        for assignment in os.environ.get("GOLDEN_SET", "").split():
+            args = args + ["--set", assignment]
     p = subprocess.run([binary] + args, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(args)}: {p.stderr.strip()}")

@@ -8,7 +8,9 @@
  *   nf4_gemm_probe [M=2048] [BN=0 (pick) | 128 | 256 | -1: the register-A forward, tools/nf4_gemm_rs.cu]
  *   (built by scripts/package-gpu.sh into carry/bin)
  * PROBE_ENERGY_SECONDS=S: each path of each shape also runs back to back for S seconds (after S seconds of
- * warm-up) between two reads of the GPU's energy counter: sustained microseconds and joules a product.
+ * warm-up) between two reads of the GPU's energy counter: sustained microseconds and joules a product, for
+ * dequantize + cuBLAS, the dequantization alone, cuBLAS alone (on the already dequantized weight) and fused.
+ * PROBE_ONLY=TEXT: only the shapes whose name contains TEXT (e.g. "gate+up").
  * Exit status 1 when a shape's values fail the check. */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 extern "C" {
@@ -54,14 +57,9 @@ struct shape {
 
 static cublasHandle_t blas;
 
-/* the trainer's unfused path: dequantize the stack, one cuBLAS GEMM (as src/cuda/linear.cu calls it) */
-static void unfused(const shape &s, qlt_nf4 *const *q, __nv_bfloat16 *wbuf, long R, long M, const __nv_bfloat16 *in,
-                    void *out, cudaDataType_t out_type, float beta) {
-    __nv_bfloat16 *dst = wbuf;
-    for (int i = 0; i < s.parts; i++) {
-        CHECK(qlt_cuda_nf4_dequantize(q[i], dst, QLT_DTYPE_BF16, NULL));
-        dst += s.rows[i] * s.cols;
-    }
+/* the GEMM of the unfused path on the dequantized stack wbuf, as src/cuda/linear.cu calls it */
+static void gemm_only(const shape &s, const __nv_bfloat16 *wbuf, long R, long M, const __nv_bfloat16 *in, void *out,
+                      cudaDataType_t out_type, float beta) {
     const float one = 1.0f;
     if (!s.bwd) /* y [M, R] = x [M, cols] W^T */
         CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)R, (int)M, (int)s.cols, &one, wbuf, CUDA_R_16BF,
@@ -71,6 +69,17 @@ static void unfused(const shape &s, qlt_nf4 *const *q, __nv_bfloat16 *wbuf, long
         CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)s.cols, (int)M, (int)R, &one, wbuf, CUDA_R_16BF,
                            (int)s.cols, in, CUDA_R_16BF, (int)R, &beta, out, out_type, (int)s.cols, CUBLAS_COMPUTE_32F,
                            CUBLAS_GEMM_DEFAULT));
+}
+
+/* the trainer's unfused path: dequantize the stack, one cuBLAS GEMM */
+static void unfused(const shape &s, qlt_nf4 *const *q, __nv_bfloat16 *wbuf, long R, long M, const __nv_bfloat16 *in,
+                    void *out, cudaDataType_t out_type, float beta) {
+    __nv_bfloat16 *dst = wbuf;
+    for (int i = 0; i < s.parts; i++) {
+        CHECK(qlt_cuda_nf4_dequantize(q[i], dst, QLT_DTYPE_BF16, NULL));
+        dst += s.rows[i] * s.cols;
+    }
+    gemm_only(s, wbuf, R, M, in, out, out_type, beta);
 }
 
 /* the register-A kernel's copies of the weights: the same arrays, the codes in its layout */
@@ -107,8 +116,10 @@ int main(int argc, char **argv) {
     int failed = 0;
     printf("%-16s %6s %6s %6s | %10s %10s %6s | %7s %9s %8s %6s %7s %7s\n", "shape", "M", "N", "K", "err cuBLAS",
            "err fused", "check", "us deq", "us deq+blas", "us fused", "speed", "TF/s", "TF/s bl");
+    const char *only = getenv("PROBE_ONLY");
     for (const shape &s : shapes) {
         if (bn < 0 && s.bwd) continue; /* the register-A kernel is forward only */
+        if (only && !strstr(s.name, only)) continue;
         const long R = s.rows[0] + (s.parts > 1 ? s.rows[1] : 0);
         const long in_cols = s.bwd ? R : s.cols, out_cols = s.bwd ? s.cols : R;
         qlt_nf4 q[2];
@@ -201,12 +212,19 @@ int main(int argc, char **argv) {
             };
             auto unf = [&]() { unfused(s, qp, wbuf, R, M, in, out_a, CUDA_R_16BF, beta); };
             auto fus = [&]() { fused(s, qp, R, M, in, out_b, bn); };
-            double us_u, j_u, us_f, j_f;
+            auto deq = [&]() {
+                for (int i = 0; i < s.parts; i++) CHECK(qlt_cuda_nf4_dequantize(&q[i], wbuf, QLT_DTYPE_BF16, NULL));
+            };
+            auto gemm = [&]() { gemm_only(s, wbuf, R, M, in, out_a, CUDA_R_16BF, beta); };
+            double us_u, j_u, us_f, j_f, us_d, j_d, us_g, j_g;
             sustain(unf, t_unf[2], &us_u, &j_u); /* warm-up */
             sustain(unf, t_unf[2], &us_u, &j_u);
+            sustain(deq, t_deq[2], &us_d, &j_d);
+            sustain(gemm, t_unf[2] - t_deq[2], &us_g, &j_g);
             sustain(fus, t_fus[2], &us_f, &j_f);
-            printf("%-16s sustained: dequantize + cuBLAS %.1f us %.4f J, fused %.1f us %.4f J (energy %.2fx)\n", s.name,
-                   us_u, j_u, us_f, j_f, j_f / j_u);
+            printf("%-16s sustained: dequantize + cuBLAS %.1f us %.4f J, dequantize alone %.1f us %.4f J, cuBLAS alone "
+                   "%.1f us %.4f J, fused %.1f us %.4f J (energy %.2fx; fused over cuBLAS alone %.1f pJ a weight value)\n",
+                   s.name, us_u, j_u, us_d, j_d, us_g, j_g, us_f, j_f, j_f / j_u, (j_f - j_g) / ((double)R * s.cols) * 1e12);
         }
         const double flop = 2.0 * M * R * s.cols;
         printf("%-16s %6ld %6ld %6ld | %10.2e %10.2e %6s | %7.1f %9.1f %8.1f %5.2fx %7.0f %7.0f\n", s.name, M, out_cols,

@@ -13,6 +13,7 @@
 
 #include "cli/cli_config.h"
 #include "cli/commands.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/rng.h"
 #include "io/fileutil.h"
@@ -21,7 +22,7 @@
 typedef struct bench_opts {
     const char *model;
     int micro_batch, seq, steps, warmup, r;
-    const char *quant, *device, *backward_a, *grad_checkpoint, *attention;
+    const char *quant, *device, *backward_a, *grad_checkpoint, *attention, *dequant_cache;
     int cuda_graph, deterministic, json;
 } bench_opts;
 
@@ -29,22 +30,17 @@ static void usage(void) {
     printf("usage: qlora-train bench --model CONFIG.json [--micro-batch 4] [--seq 2048] [--steps 10] [--warmup 3]\n"
            "                         [--r 16] [--quant nf4|none] [--device auto|cpu|cuda] [--backward-a bf16|fp16|fp32]\n"
            "                         [--grad-checkpoint none|layer|auto] [--attention auto|own|cudnn] [--cuda-graph]\n"
-           "                         [--deterministic] [--json]\n\n"
+           "                         [--deterministic] [--dequant-cache GIB] [--json]\n\n"
            "Trains LoRA (all seven projections, alpha = 2r) on a random-weight model of CONFIG.json with random\n"
            "tokens; prints tokens/s (median step), peak memory, MFU (4 x linear params x tokens/s over the measured\n"
-           "bf16 GEMM peak) and where the time goes.\n");
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+           "bf16 GEMM peak) and where the time goes. --dequant-cache: train.dequant_cache_gib (GiB that keep the NF4\n"
+           "weights dequantized between steps; 0 = off, the default).\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){.micro_batch = 4, .seq = 2048, .steps = 10, .warmup = 3, .r = 16, .quant = "nf4",
                       .device = "auto", .backward_a = "bf16", .grad_checkpoint = "none",
-                      .attention = "auto"};
+                      .attention = "auto", .dequant_cache = "0"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--cuda-graph") == 0) { o->cuda_graph = 1; continue; }
@@ -63,6 +59,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         else if (strcmp(a, "--backward-a") == 0) o->backward_a = v;
         else if (strcmp(a, "--grad-checkpoint") == 0) o->grad_checkpoint = v;
         else if (strcmp(a, "--attention") == 0) o->attention = v;
+        else if (strcmp(a, "--dequant-cache") == 0) o->dequant_cache = v;
         else return qlt_fail("unknown option '%s' (see qlora-train bench --help)", a);
     }
     if (!o->model) return qlt_fail("--model CONFIG.json is required (e.g. a Hugging Face config.json)");
@@ -124,6 +121,7 @@ static int run_bench(const bench_opts *o, const char *tmp) {
              set_fmt(&cfg, "train.cuda_graph=%s", o->cuda_graph ? "true" : "false") ||
              set_fmt(&cfg, "train.deterministic=%s", o->deterministic ? "true" : "false") ||
              set_fmt(&cfg, "train.attention=%s", o->attention) ||
+             set_fmt(&cfg, "train.dequant_cache_gib=%s", o->dequant_cache) ||
              set_fmt(&cfg, "output.dir=%s", tmp) || qlt_config_validate(&cfg)
                  ? -1
                  : 0;
@@ -132,13 +130,13 @@ static int run_bench(const bench_opts *o, const char *tmp) {
         qlt_config_free(&cfg);
         return -1;
     }
-    double t0 = now_s();
+    double t0 = qlt_now_seconds();
     qlt_trainer t;
     if (qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN) != 0) {
         qlt_config_free(&cfg);
         return -1;
     }
-    double load_s = now_s() - t0;
+    double load_s = qlt_now_seconds() - t0;
     qlt_backend *be = t.be;
     double *step_s = qlt_xcalloc((size_t)o->steps, sizeof(double));
     double phase_ms[QLT_PHASE_COUNT] = {0}, first_step_s = 0, last_loss = 0;
@@ -187,7 +185,7 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                    "\"gemm_peak_tflops\": %.1f, \"load_s\": %.3f, \"first_step_s\": %.3f, \"loss\": %.5f",
                    o->model, be->name, o->quant, o->micro_batch, o->seq, o->r, tokens_per_s, median, peak_gib, mfu,
                    peak_tflops, load_s, first_step_s, last_loss);
-            printf(", \"attention\": \"%s\"", attention);
+            printf(", \"attention\": \"%s\", \"dequant_cache_gib\": %g", attention, cfg.train.dequant_cache_gib);
             if (metered)
                 printf(", \"joules_per_step\": %.2f, \"millijoules_per_token\": %.3f, \"power_w_energy\": %.1f",
                        joules_step, mj_token, watts);
@@ -203,8 +201,10 @@ static int run_bench(const bench_opts *o, const char *tmp) {
         } else {
             printf("model %s (%s, %.2fB linear params), %s backend, %s base, micro_batch %d x seq %d, LoRA r %d\n",
                    o->model, mc.arch_name, linear / 1e9, be->name, o->quant, o->micro_batch, o->seq, o->r);
-            printf("load (random init%s): %.2f s, first step %.3f s; attention: %s\n",
-                   strcmp(o->quant, "nf4") == 0 ? " + NF4" : "", load_s, first_step_s, attention);
+            printf("load (random init%s): %.2f s, first step %.3f s; attention: %s", strcmp(o->quant, "nf4") == 0 ? " + NF4" : "",
+                   load_s, first_step_s, attention);
+            if (cfg.train.dequant_cache_gib > 0) printf("; dequant cache up to %g GiB", cfg.train.dequant_cache_gib);
+            printf("\n");
             printf("tokens/s %.0f   step %.1f ms (median of %d)   peak memory %.2f GiB", tokens_per_s, median * 1e3,
                    o->steps, peak_gib);
             if (peak_tflops > 0) printf("   MFU %.1f%% of %.0f TFLOP/s", 100 * mfu, peak_tflops);

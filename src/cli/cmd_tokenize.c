@@ -12,6 +12,7 @@
 
 #include "cli/cli_config.h"
 #include "cli/commands.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "io/jsonl.h"
 #include "io/tokenizer.h"
@@ -126,12 +127,6 @@ static void *bench_worker(void *arg) {
     return NULL;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int bench(const qlt_tokenizer *tok, const char *file, int threads, int repeat) {
     qlt_jsonl *in;
     if (qlt_jsonl_open(&in, file) != 0) return qlt_cli_report_error();
@@ -158,7 +153,7 @@ static int bench(const qlt_tokenizer *tok, const char *file, int threads, int re
     double best = 1e30;
     int64_t tokens = 0;
     for (int rep = 0; rep < repeat; rep++) {
-        double t0 = now_s();
+        double t0 = qlt_now_seconds();
         for (int t = 0; t < threads; t++) {
             jobs[t] = (bench_job){tok, texts, n * t / threads, n * (t + 1) / threads, 0, 0};
             pthread_create(&tid[t], NULL, bench_worker, &jobs[t]);
@@ -168,7 +163,7 @@ static int bench(const qlt_tokenizer *tok, const char *file, int threads, int re
             pthread_join(tid[t], NULL);
             tokens += jobs[t].n_tokens;
         }
-        double dt = now_s() - t0;
+        double dt = qlt_now_seconds() - t0;
         if (dt < best) best = dt;
     }
     printf("{\"impl\": \"qlora-train\", \"texts\": %lld, \"bytes\": %lld, \"tokens\": %lld, \"threads\": %d, "

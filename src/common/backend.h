@@ -96,6 +96,11 @@ struct qlt_backend {
                            * (qlt_dataset_max_row_examples); 0: unknown. The caller sets it before the first step;
                            * the CUDA backend runs attention through cuDNN for 1 (dense) up to
                            * QLT_CUDNN_MAX_ROW_EXAMPLES (ragged), the own kernels otherwise */
+    int64_t dequant_cache_bytes; /* train.dequant_cache_gib: at most this many bytes of backend memory keep frozen
+                           * weights dequantized (CPU: NF4 as float32; CUDA: NF4 as bf16, and stacks side by side)
+                           * from their first use on, instead of dequantizing them before every use; 0: off. The
+                           * values are the same either way. The caller sets it before the first step; the CUDA
+                           * backend fills it only outside graph capture, so a captured step follows an eager one */
     int cudnn_version;    /* CUDA: the cuDNN (91900 = 9.19.0) whose fused attention runs where max_row_examples
                            * allows; 0: none (not built in, not loadable, QLT_ATTENTION=own) */
     void *impl;           /* backend-private state */

@@ -8,13 +8,23 @@
 #include <unistd.h>
 
 #include "common/backend.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/nf4.h"
 
+/* A frozen NF4 weight kept dequantized (be->dequant_cache_bytes) */
+typedef struct cpu_cached_weight {
+    const qlt_weight *w;
+    float *data; /* [rows, cols] */
+} cpu_cached_weight;
+
 typedef struct cpu_impl {
     float *dequant;        /* scratch for one dequantized NF4 weight */
     int64_t dequant_cap;   /* elements */
+    cpu_cached_weight *cache; /* [n_cache] weights kept dequantized, within be->dequant_cache_bytes */
+    int n_cache, cap_cache;
+    int64_t cache_bytes;   /* what they hold */
     int profiling;
     qlt_phase current;
     double mark;           /* time of the last phase mark */
@@ -69,11 +79,7 @@ static size_t cpu_available_bytes(qlt_backend *be) {
 
 static size_t cpu_peak_bytes(qlt_backend *be) { return ((cpu_impl *)be->impl)->peak_bytes; }
 
-static double wall_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
+static double wall_ms(void) { return 1e3 * qlt_now_seconds(); }
 
 static void cpu_phase(qlt_backend *be, qlt_phase p) {
     cpu_impl *impl = be->impl;
@@ -104,21 +110,65 @@ static void cpu_sync(qlt_backend *be) {}
 static void cpu_destroy(qlt_backend *be) {
     cpu_impl *impl = be->impl;
     free(impl->dequant);
+    for (int i = 0; i < impl->n_cache; i++) free(impl->cache[i].data);
+    free(impl->cache);
     free(impl);
     free(be);
 }
 
-/* Returns the weight as float32 [rows, cols]: the stored array, or NF4 dequantized into scratch. */
+/* w's entry in the dequantized-weight cache, or -1 */
+static int cache_find(const cpu_impl *impl, const qlt_weight *w) {
+    for (int i = 0; i < impl->n_cache; i++)
+        if (impl->cache[i].w == w) return i;
+    return -1;
+}
+
+/* A new cache entry for NF4 weight w when the budget has room (NULL otherwise: w is dequantized each use). */
+static float *cache_add(qlt_backend *be, const qlt_weight *w) {
+    cpu_impl *impl = be->impl;
+    const int64_t bytes = (int64_t)sizeof(float) * w->rows * w->cols;
+    if (impl->cache_bytes + bytes > be->dequant_cache_bytes) return NULL;
+    float *data = malloc((size_t)bytes);
+    if (!data) return NULL;
+    if (impl->n_cache == impl->cap_cache) {
+        impl->cap_cache = impl->cap_cache ? 2 * impl->cap_cache : 64;
+        impl->cache = qlt_xrealloc(impl->cache, sizeof *impl->cache * (size_t)impl->cap_cache);
+    }
+    impl->cache[impl->n_cache++] = (cpu_cached_weight){w, data};
+    impl->cache_bytes += bytes;
+    track(impl, bytes);
+    return data;
+}
+
+static void cache_drop(qlt_backend *be, const qlt_weight *w) {
+    cpu_impl *impl = be->impl;
+    int i = cache_find(impl, w);
+    if (i < 0) return;
+    const int64_t bytes = (int64_t)sizeof(float) * w->rows * w->cols;
+    free(impl->cache[i].data);
+    impl->cache[i] = impl->cache[--impl->n_cache];
+    impl->cache_bytes -= bytes;
+    track(impl, -bytes);
+}
+
+/* Returns the weight as float32 [rows, cols]: the stored array, NF4 kept dequantized (be->dequant_cache_bytes),
+ * or NF4 dequantized into scratch. */
 static const float *cpu_weight_f32(qlt_backend *be, const qlt_weight *w) {
     if (w->format == QLT_WFORMAT_F32) return w->data;
     QLT_ASSERT(w->format == QLT_WFORMAT_NF4);
     cpu_impl *impl = be->impl;
-    QLT_ASSERT(w->rows * w->cols <= impl->dequant_cap);
+    int cached = cache_find(impl, w);
+    if (cached >= 0) return impl->cache[cached].data;
+    float *dst = be->dequant_cache_bytes > 0 ? cache_add(be, w) : NULL;
+    if (!dst) {
+        QLT_ASSERT(w->rows * w->cols <= impl->dequant_cap);
+        dst = impl->dequant;
+    }
     qlt_phase was = impl->current;
     cpu_phase(be, QLT_PHASE_DEQUANT);
-    qlt_nf4_dequantize_f32(&w->nf4, impl->dequant);
+    qlt_nf4_dequantize_f32(&w->nf4, dst);
     cpu_phase(be, was);
-    return impl->dequant;
+    return dst;
 }
 
 /* Grows the dequantization scratch at load time (never inside a step). */
@@ -170,6 +220,7 @@ static int cpu_weight_from_nf4(qlt_backend *be, qlt_weight *w, qlt_nf4 *host, in
 }
 
 static void cpu_weight_free(qlt_backend *be, qlt_weight *w) {
+    cache_drop(be, w);
     if (w->format == QLT_WFORMAT_NF4) {
         track(be->impl, -nf4_host_bytes(&w->nf4));
         qlt_nf4_free_host(&w->nf4);

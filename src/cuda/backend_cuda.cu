@@ -185,6 +185,7 @@ static void cuda_destroy(qlt_backend *be) {
     cudaFree(impl->partials);
     cudaFree(impl->amax);
     cudaFree(impl->dequant);
+    qlt_cuda_cache_release(be);
     qlt_cuda_linear_release(be);
     qlt_cuda_clock_monitor_stop(impl->monitor, NULL);
     for (int i = 0; i < QLT_BACKEND_EVENTS; i++)

@@ -8,6 +8,8 @@
  * few NVML declarations needed are written out here (its header is not part of every CUDA install). */
 #include "cuda/cuda_common.h"
 
+#include "common/clock.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -46,7 +48,7 @@ struct qlt_clock_monitor {
     unsigned char *capped; /* [MONITOR_MAX_SAMPLES] */
     int n;
     unsigned long long energy_start_mj; /* the device's energy counter at start (0: not available) */
-    struct timespec start;
+    double start_s;                     /* qlt_now_seconds() at start */
 };
 
 static bool nvml_open(nvml_api *a) {
@@ -91,12 +93,6 @@ static void *sample_loop(void *arg) {
     return NULL;
 }
 
-static double seconds_since(const struct timespec *t0) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
-}
-
 static int cmp_float(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;
@@ -122,7 +118,7 @@ qlt_clock_monitor *qlt_cuda_clock_monitor_start(int device) {
         m->running = 1;
         /* the energy counter is read when the device is idle at both ends (the caller synchronizes) */
         if (m->api.energy && m->api.energy(m->dev, &m->energy_start_mj) != 0) m->energy_start_mj = 0;
-        clock_gettime(CLOCK_MONOTONIC, &m->start);
+        m->start_s = qlt_now_seconds();
         return m;
     }
     qlt_cuda_clock_monitor_stop(m, NULL);
@@ -133,7 +129,7 @@ void qlt_cuda_clock_monitor_stop(qlt_clock_monitor *m, qlt_clock_report *out) {
     if (out) memset(out, 0, sizeof *out);
     if (!m) return;
     unsigned long long energy_mj = 0;
-    const double wall_s = seconds_since(&m->start);
+    const double wall_s = qlt_now_seconds() - m->start_s;
     if (m->running && m->energy_start_mj && m->api.energy(m->dev, &energy_mj) != 0) energy_mj = 0;
     if (m->running) {
         m->stop = 1;

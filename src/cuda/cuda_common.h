@@ -92,6 +92,7 @@ typedef struct cuda_impl {
     int n_bias_copies, cap_bias_copies;
     struct qlt_clock_monitor *monitor;    /* clock_monitor.cu: sampling between clock_monitor on / off */
     struct qlt_cudnn_attn *cudnn;         /* attention_cudnn.cpp: NULL when cuDNN is not built in or not loaded */
+    struct qlt_cuda_weight_cache *wcache; /* weight_cache.cu: weights kept dequantized (NULL until first used) */
 } cuda_impl;
 
 #define QLT_CUDA_PROFILE_EVENTS 8192
@@ -197,13 +198,26 @@ typedef struct qlt_clock_monitor qlt_clock_monitor;
 qlt_clock_monitor *qlt_cuda_clock_monitor_start(int device);
 void qlt_cuda_clock_monitor_stop(qlt_clock_monitor *m, qlt_clock_report *out);
 int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols);
-/* The stack as one bf16 [*rows, cols] matrix with row stride ld >= cols: a single bf16 weight as it is
- * (ld == cols), otherwise the weights dequantized (NF4) or copied (bf16) side by side into impl->dequant,
- * whose columns cols..ld-1 are left as they were (stream-ordered). */
-const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld, int64_t *rows);
-/* The stack as bf16 [*rows, cols] in impl->dequant (NF4 dequantized, bf16 copied, whatever k is) with room for
- * extra_rows more rows after it, which the caller fills (stream-ordered; the room was reserved at load). */
+/* The stack as one bf16 [*rows, cols] matrix with row stride *ld >= ld_min (ld_min >= cols; in: ld_min, out:
+ * the stride): a single bf16 weight as it is (ld_min == cols), a weight_cache.cu entry, or the weights
+ * dequantized (NF4) or copied (bf16) side by side into impl->dequant with stride ld_min. Columns cols..*ld-1
+ * are the caller's: left as they were (stream-ordered). */
+const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int k, int64_t *ld, int64_t *rows);
+/* The stack as bf16 [*rows, cols] (stride cols: NF4 dequantized, bf16 copied, whatever k is; a weight_cache.cu
+ * entry or impl->dequant) with room for extra_rows more rows after it, which the caller fills (stream-ordered;
+ * the room was reserved at load). */
 bf16 *qlt_cuda_stack_bf16_room(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_rows, int64_t *rows);
+/* weight_cache.cu (be->dequant_cache_bytes): the stack's entry ([rows + room, *ld] bf16, stride >= ld_min, or
+ * == ld_min with ld_exact, at least extra_rows of room after the weights), made and filled on first use outside
+ * a capture while the budget lasts; NULL: not cached */
+bf16 *qlt_cuda_cache_stack(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld_min, int ld_exact,
+                           int64_t extra_rows, int64_t *ld);
+/* extra columns a stack's entries get (weight_stack_prepare), and the most room rows a backward fold needs */
+void qlt_cuda_cache_announce(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols);
+void qlt_cuda_cache_room(qlt_backend *be, int64_t rows);
+void qlt_cuda_cache_drop(qlt_backend *be, const qlt_weight *w); /* the entries holding w (weight_free) */
+int64_t qlt_cuda_cache_bytes(qlt_backend *be);
+void qlt_cuda_cache_release(qlt_backend *be);
 void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k, const float *bias,
                          int64_t n);
 /* linear_fwd onto what y holds: y = beta y + x [W_0; ...]^T (+ bias), beta 0 or 1 (the bias and beta y added to

@@ -156,6 +156,7 @@ int qlt_cuda_weight_create(qlt_backend *be, qlt_weight *w, const void *host, qlt
 void qlt_cuda_weight_free(qlt_backend *be, qlt_weight *w) {
     cuda_impl *impl = cuda_impl_of(be);
     CUDA_CHECK(cudaStreamSynchronize(impl->stream));
+    qlt_cuda_cache_drop(be, w);
     if (w->format == QLT_WFORMAT_NF4) {
         qlt_cuda_track(be, -(int64_t)nf4_device_bytes(&w->nf4));
         qlt_cuda_nf4_free(&w->nf4);
@@ -178,6 +179,9 @@ static void dequantize_into(qlt_backend *be, bf16 *dst, const qlt_weight *w) {
 const bf16 *qlt_cuda_weight_bf16(qlt_backend *be, const qlt_weight *w) {
     if (w->format == QLT_WFORMAT_BF16) return (const bf16 *)w->data;
     if (w->format == QLT_WFORMAT_NF4) {
+        int64_t ld;
+        const bf16 *kept = qlt_cuda_cache_stack(be, &w, 1, w->cols, 1, 0, &ld);
+        if (kept) return kept;
         cuda_impl *impl = cuda_impl_of(be);
         QLT_ASSERT(w->rows * w->cols <= impl->dequant_elems);
         dequantize_into(be, impl->dequant, w);
@@ -193,6 +197,7 @@ int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, i
         QLT_ASSERT(w[i]->cols == w[0]->cols);
         rows += w[i]->rows;
     }
+    qlt_cuda_cache_announce(be, w, k, extra_cols);
     return k > 1 || extra_cols > 0 ? qlt_cuda_reserve_dequant(be, rows * (w[0]->cols + extra_cols)) : 0;
 }
 
@@ -223,15 +228,30 @@ static bf16 *stack_into_dequant(qlt_backend *be, const qlt_weight *const *w, int
     return impl->dequant;
 }
 
-const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld, int64_t *rows) {
-    if (k == 1 && ld == w[0]->cols) {
+const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int k, int64_t *ld, int64_t *rows) {
+    if (k == 1 && *ld == w[0]->cols) {
         *rows = w[0]->rows;
         return qlt_cuda_weight_bf16(be, w[0]);
     }
-    return stack_into_dequant(be, w, k, ld, 0, rows);
+    int64_t kept_ld;
+    const bf16 *kept = qlt_cuda_cache_stack(be, w, k, *ld, 0, 0, &kept_ld);
+    if (kept) {
+        *rows = 0;
+        for (int i = 0; i < k; i++) *rows += w[i]->rows;
+        *ld = kept_ld;
+        return kept;
+    }
+    return stack_into_dequant(be, w, k, *ld, 0, rows);
 }
 
 bf16 *qlt_cuda_stack_bf16_room(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_rows, int64_t *rows) {
+    int64_t kept_ld;
+    bf16 *kept = qlt_cuda_cache_stack(be, w, k, w[0]->cols, 1, extra_rows, &kept_ld);
+    if (kept) {
+        *rows = 0;
+        for (int i = 0; i < k; i++) *rows += w[i]->rows;
+        return kept;
+    }
     return stack_into_dequant(be, w, k, w[0]->cols, extra_rows, rows);
 }
 
@@ -366,10 +386,10 @@ void qlt_cuda_linear_fwd_onto(qlt_backend *be, void *y, const void *x, const qlt
                               const float *bias, int64_t n, float beta) {
     if (n <= 0) return;
     QLT_ASSERT(bias == NULL || k == 1);
-    int64_t rows, cols = w[0]->cols;
-    const bf16 *wb = qlt_cuda_stack_bf16(be, w, k, cols, &rows);
-    if (bias && gemm_bias(be, (bf16 *)y, (const bf16 *)x, wb, bias, n, rows, cols, beta)) return;
-    qlt_cuda_gemm(be, 0, 1, n, rows, cols, 1.0f, x, CUDA_R_16BF, cols, wb, CUDA_R_16BF, cols, beta, y, CUDA_R_16BF,
+    int64_t rows, cols = w[0]->cols, ld = cols;
+    const bf16 *wb = qlt_cuda_stack_bf16(be, w, k, &ld, &rows);
+    if (bias && ld == cols && gemm_bias(be, (bf16 *)y, (const bf16 *)x, wb, bias, n, rows, cols, beta)) return;
+    qlt_cuda_gemm(be, 0, 1, n, rows, cols, 1.0f, x, CUDA_R_16BF, cols, wb, CUDA_R_16BF, ld, beta, y, CUDA_R_16BF,
                   rows);
     if (bias) qlt_cuda_bias_add(cuda_impl_of(be)->stream, (bf16 *)y, bias, n, rows);
 }
@@ -441,8 +461,8 @@ static __global__ void finish_kernel(bf16 *dx, const float *acc, int64_t count, 
     }
 }
 
-static void linear_bwd_x_converted(qlt_backend *be, bf16 *dx, const bf16 *dy, const bf16 *w, int64_t n, int64_t rows,
-                                   int64_t cols, float beta, bool fp16) {
+static void linear_bwd_x_converted(qlt_backend *be, bf16 *dx, const bf16 *dy, const bf16 *w, int64_t ldw, int64_t n,
+                                   int64_t rows, int64_t cols, float beta, bool fp16) {
     cuda_impl *impl = cuda_impl_of(be);
     cudaStream_t s = impl->stream;
     const int64_t cap = QLT_CUDA_CONV_ELEMS;
@@ -457,7 +477,7 @@ static void linear_bwd_x_converted(qlt_backend *be, bf16 *dx, const bf16 *dy, co
     cudaDataType_t op_type = fp16 ? CUDA_R_16F : CUDA_R_32F;
     if (fp16) {
         CUDA_CHECK(cudaMemsetAsync(impl->amax, 0, 2 * sizeof(float), s));
-        amax_kernel<<<qlt_grid(rows * cols, 256, 1024), 256, 0, s>>>(impl->amax + 1, w, rows, cols, cols);
+        amax_kernel<<<qlt_grid(rows * cols, 256, 1024), 256, 0, s>>>(impl->amax + 1, w, rows, cols, ldw);
         CUDA_CHECK_LAUNCH();
     }
     for (int64_t t0 = 0; t0 < n; t0 += T) {
@@ -472,14 +492,14 @@ static void linear_bwd_x_converted(qlt_backend *be, bf16 *dx, const bf16 *dy, co
             int64_t rn = rows - r0 < R ? rows - r0 : R;
             if (fp16) {
                 convert_block_kernel<__half><<<qlt_grid(rn * cols, 256), 256, 0, s>>>(
-                    (__half *)wbuf, w + r0 * cols, rn, cols, cols, impl->amax + 1);
+                    (__half *)wbuf, w + r0 * ldw, rn, cols, ldw, impl->amax + 1);
                 CUDA_CHECK_LAUNCH();
                 convert_block_kernel<__half><<<qlt_grid(tn * rn, 256), 256, 0, s>>>((__half *)ybuf, dyc + r0, tn, rn,
                                                                                    rows, impl->amax);
                 CUDA_CHECK_LAUNCH();
             } else {
-                convert_block_kernel<float><<<qlt_grid(rn * cols, 256), 256, 0, s>>>((float *)wbuf, w + r0 * cols, rn,
-                                                                                    cols, cols, nullptr);
+                convert_block_kernel<float><<<qlt_grid(rn * cols, 256), 256, 0, s>>>((float *)wbuf, w + r0 * ldw, rn,
+                                                                                    cols, ldw, nullptr);
                 CUDA_CHECK_LAUNCH();
                 convert_block_kernel<float><<<qlt_grid(tn * rn, 256), 256, 0, s>>>((float *)ybuf, dyc + r0, tn, rn,
                                                                                   rows, nullptr);
@@ -497,17 +517,17 @@ static void linear_bwd_x_converted(qlt_backend *be, bf16 *dx, const bf16 *dy, co
 void qlt_cuda_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *const *w, int k, int64_t n,
                            float beta) {
     if (n <= 0) return;
-    int64_t rows, cols = w[0]->cols;
-    const bf16 *wb = qlt_cuda_stack_bf16(be, w, k, cols, &rows);
+    int64_t rows, cols = w[0]->cols, ld = cols;
+    const bf16 *wb = qlt_cuda_stack_bf16(be, w, k, &ld, &rows);
     switch (be->backward_a) {
     case QLT_BACKWARD_A_FP16:
-        linear_bwd_x_converted(be, (bf16 *)dx, (const bf16 *)dy, wb, n, rows, cols, beta, true);
+        linear_bwd_x_converted(be, (bf16 *)dx, (const bf16 *)dy, wb, ld, n, rows, cols, beta, true);
         break;
     case QLT_BACKWARD_A_FP32:
-        linear_bwd_x_converted(be, (bf16 *)dx, (const bf16 *)dy, wb, n, rows, cols, beta, false);
+        linear_bwd_x_converted(be, (bf16 *)dx, (const bf16 *)dy, wb, ld, n, rows, cols, beta, false);
         break;
     default:
-        qlt_cuda_gemm(be, 0, 0, n, cols, rows, 1.0f, dy, CUDA_R_16BF, rows, wb, CUDA_R_16BF, cols, beta, dx,
+        qlt_cuda_gemm(be, 0, 0, n, cols, rows, 1.0f, dy, CUDA_R_16BF, rows, wb, CUDA_R_16BF, ld, beta, dx,
                       CUDA_R_16BF, cols);
         break;
     }

@@ -216,7 +216,10 @@ int qlt_cuda_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_
     QLT_TRY(grow(be, &impl->lora_ws, &impl->lora_ws_bytes, sizeof(bf16) * (size_t)ws, "operand workspace"));
     /* linear_lora_bwd's folded backward weight [W_j...; A3] of the narrow outputs (when any) */
     const int64_t fold_rows = bwd_fold_rows(k, in, outs, r);
-    if (fold_rows > k3r) QLT_TRY(qlt_cuda_reserve_dequant(be, fold_rows * in));
+    if (fold_rows > k3r) {
+        QLT_TRY(qlt_cuda_reserve_dequant(be, fold_rows * in));
+        qlt_cuda_cache_room(be, k3r); /* kept weights (weight_cache.cu) get room for A3's rows */
+    }
     return grow(be, (void **)&impl->lora_acc, &impl->lora_acc_bytes, sizeof(float) * (size_t)acc,
                 "product workspace");
 }
@@ -519,18 +522,19 @@ void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x,
     lora_u(be, &L, u, x, n, in, r, k, one_chunk ? xp + in : NULL, ld);
     if (be->phase) be->phase(be, was);
     /* W' = [W_0; ...; W_k-1 | scale B3 block diagonal] */
-    bf16 *wp = (bf16 *)qlt_cuda_stack_bf16(be, w, k, ld, &rows);
+    int64_t ldw = ld; /* the stack's stride: ld, or more in a weight_cache.cu entry */
+    bf16 *wp = (bf16 *)qlt_cuda_stack_bf16(be, w, k, &ldw, &rows);
     fold_sites f;
     f.k = k;
     for (int i = 0; i < k; i++) f.b[i] = sites[i].b, f.out[i] = sites[i].out;
-    fold_b_kernel<<<qlt_grid(rows * r, 256), 256, 0, s>>>(wp, ld, in, f, r, scale);
+    fold_b_kernel<<<qlt_grid(rows * r, 256), 256, 0, s>>>(wp, ldw, in, f, r, scale);
     CUDA_CHECK_LAUNCH();
     /* one GEMM a token chunk */
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         int64_t tn = n - t0 < chunk ? n - t0 : chunk;
         qlt_cuda_copy_rows(s, xp, ld, (const bf16 *)x + t0 * in, in, tn, in);
         if (!one_chunk) split3(s, xp + in, ld, u + t0 * kr, tn, r, k);
-        qlt_cuda_gemm(be, 0, 1, tn, rows, ld, 1.0f, xp, CUDA_R_16BF, ld, wp, CUDA_R_16BF, ld, 0.0f,
+        qlt_cuda_gemm(be, 0, 1, tn, rows, ld, 1.0f, xp, CUDA_R_16BF, ld, wp, CUDA_R_16BF, ldw, 0.0f,
                       (bf16 *)y + t0 * rows, CUDA_R_16BF, rows);
     }
 }

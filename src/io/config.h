@@ -81,6 +81,7 @@ typedef struct qlt_config {
         int cuda_graph;      /* 0 (the CUDA_GRAPH=1 environment variable also turns it on) */
         int deterministic;   /* 0: fastest kernels (GPU results' last bits may vary run to run) */
         char *attention;     /* auto | own | cudnn (CUDA: whose attention kernels run) */
+        float dequant_cache_gib; /* 0 = off: GiB that keep frozen weights dequantized (be->dequant_cache_bytes) */
         int64_t eval_every;  /* 0 = only at the end when data.eval is set */
         int log_every;       /* 1 */
         int threads;         /* 0 = all cores, for the CPU path */

@@ -17,12 +17,7 @@
 #include "io/fileutil.h"
 #include "model/forward.h"
 #include "train/checkpoint.h"
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "common/clock.h"
 
 /* An environment switch: set and not "0". */
 static int getenv_flag(const char *name) {
@@ -230,7 +225,11 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
                  "train.attention: auto (or train.device: cuda on a GPU machine)", t->be->name);
         goto fail;
     }
-    double load_start = now_seconds();
+    {   /* train.dequant_cache_gib (a huge value: no limit) */
+        double bytes = (double)cfg->train.dequant_cache_gib * 1073741824.0;
+        t->be->dequant_cache_bytes = bytes >= 4e18 ? (int64_t)4e18 : (int64_t)bytes;
+    }
+    double load_start = qlt_now_seconds();
     if (load_model_and_adapter(t, mode) != 0) goto fail;
     if (t->model.cfg.sliding_window > 0 && t->seq > t->model.cfg.sliding_window) {
         qlt_fail("%s: sliding_window %d is shorter than data.seq_len %d, and sliding-window attention is not "
@@ -238,7 +237,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
                  cfg->model.path, t->model.cfg.sliding_window, t->seq, t->model.cfg.sliding_window);
         goto fail;
     }
-    fprintf(stderr, "qlora-train: model loaded in %.2f s (%s%s)\n", now_seconds() - load_start, t->model.cfg.arch_name,
+    fprintf(stderr, "qlora-train: model loaded in %.2f s (%s%s)\n", qlt_now_seconds() - load_start, t->model.cfg.arch_name,
             t->model.quantized ? ", NF4" : "");
     if (load_datasets(t, mode) != 0) goto fail;
     {   /* lets the backend drop packed-example masking where no batch needs it (CUDA: cuDNN's attention) */
@@ -412,7 +411,7 @@ static qlt_step_metrics step_record(const qlt_trainer *t, const qlt_optim_scalar
 /* Waits for the step enqueued in slot and returns its metrics (its time: since the previous completion). */
 static int flush_slot(qlt_trainer *t, qlt_step_metrics *out, int slot) {
     t->be->event_wait(t->be, QLT_EVENT_DONE0 + slot);
-    double done = now_seconds();
+    double done = qlt_now_seconds();
     qlt_step_metrics rec = t->in_flight[slot];
     rec.seconds = done - (t->last_done > rec.seconds ? t->last_done : rec.seconds);
     t->last_done = done;
@@ -448,7 +447,7 @@ static int graph_step(qlt_trainer *t, qlt_step_metrics *out) {
     be->download_async(be, &t->pinned->back[slot], t->scalars, sizeof s);
     be->event_record(be, QLT_EVENT_DONE0 + slot);
     t->in_flight[slot] = step_record(t, &s, counted);
-    t->in_flight[slot].seconds = now_seconds();
+    t->in_flight[slot].seconds = qlt_now_seconds();
     t->cursor += (int64_t)t->micro_batch * t->grad_accum;
     t->tokens_seen += t->in_flight[slot].tokens;
     t->step++;
@@ -466,10 +465,9 @@ int qlt_trainer_flush(qlt_trainer *t, qlt_step_metrics *out) {
     return flush_slot(t, out, (int)((t->step - 1) % 2));
 }
 
-int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *out) {
-    if (t->graph_mode) return graph_step(t, out);
+static int eager_step(qlt_trainer *t, qlt_step_metrics *out) {
     qlt_backend *be = t->be;
-    double t0 = now_seconds();
+    double t0 = qlt_now_seconds();
     qlt_optim_scalars s;
     int64_t counted;
     prepare_step(t, &s, &counted);
@@ -481,8 +479,19 @@ int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *out) {
     t->cursor += (int64_t)t->micro_batch * t->grad_accum;
     t->tokens_seen = rec.tokens_seen;
     t->step++;
-    rec.seconds = now_seconds() - t0;
+    rec.seconds = qlt_now_seconds() - t0;
     return fill_metrics(out, &s, &rec);
+}
+
+int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *out) {
+    if (!t->graph_mode) return eager_step(t, out);
+    /* the weights kept dequantized (train.dequant_cache_gib) are made outside any capture: a run's first step
+     * runs eagerly and makes them, the step after it is captured and replayed */
+    if (!t->step_graph && !t->step_in_flight && t->be->dequant_cache_bytes > 0 && !t->eager_first_done) {
+        t->eager_first_done = 1;
+        return eager_step(t, out);
+    }
+    return graph_step(t, out);
 }
 
 int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, int64_t *counted_out) {

@@ -72,6 +72,7 @@ typedef struct qlt_trainer {
     qlt_pinned_scalars *pinned;
     uint64_t *pinned_seeds;  /* [grad_accum] */
     int step_in_flight;      /* a step's metrics are still to be read */
+    int eager_first_done;    /* train.dequant_cache_gib: the eager step before the capture has run */
     qlt_step_metrics in_flight[2];
     double last_done;
 } qlt_trainer;

@@ -29,6 +29,10 @@ static qlt_backend *gpu(void) {
         g_tried = 1;
         G = qlt_backend_cuda_create(0);
         if (!G) gpu_check_fail("cuda_create", qlt_error());
+        /* QLT_GPU_CHECK_DEQUANT_CACHE=GIB: the checks with the frozen weights kept dequantized
+         * (train.dequant_cache_gib: the ops read weight_cache.cu's entries, with their own row strides) */
+        const char *cache = getenv("QLT_GPU_CHECK_DEQUANT_CACHE");
+        if (G && cache) G->dequant_cache_bytes = (int64_t)(atof(cache) * 1073741824.0);
     }
     return G;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "gpu_check.h"
 
 /* ---- the list of checks: one line per check function ---- */
@@ -106,11 +107,7 @@ float gpu_rng_normal(gpu_rng *r) {
     return sqrtf(-2.0f * logf(u1)) * cosf(6.283185307f * u2);
 }
 
-double gpu_check_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
+double gpu_check_now_s(void) { return qlt_now_seconds(); }
 
 double gpu_rel_err(const float *a, const float *ref, int64_t n) {
     double scale = 0, err = 0;

@@ -421,6 +421,73 @@ Test(train, layer_checkpointing_is_exact) {
     free(tmp);
 }
 
+/* train.dequant_cache_gib keeps the NF4 weights dequantized from their first use on: the same values as
+ * dequantizing before each use, so three steps give bit-identical losses and adapters with the cache off,
+ * holding every weight, and holding only what half their size allows; the backend's peak grows by exactly the
+ * float32 weights kept (all of them), or by no more than the budget. */
+Test(train, dequant_cache_is_exact) {
+    char *tmp = test_tmpdir();
+    char *tokens = qlt_path_join(tmp, "golden.jsonl"), *out = qlt_path_join(tmp, "run");
+    int seq;
+    test_write_golden_tokens("tiny-qwen3", tokens, NULL, &seq);
+    enum { STEPS = 3 };
+    const char *budgets[3] = {"train.dequant_cache_gib=0", "train.dequant_cache_gib=1000", NULL};
+    double loss[3][STEPS];
+    float *params[3] = {NULL, NULL, NULL};
+    size_t peak[3];
+    int64_t n_params = 0, nf4_bytes = 0;
+    char half[64];
+    for (int run = 0; run < 3; run++) {
+        qlt_config cfg;
+        golden_config(&cfg, "tiny-qwen3", tokens, out, seq);
+        set(&cfg, "model.quant=nf4");
+        set(&cfg, "lora.dropout=0.1");
+        set(&cfg, budgets[run] ? budgets[run] : half);
+        cr_assert_eq(qlt_config_validate(&cfg), 0, "%s", qlt_error());
+        qlt_trainer t;
+        cr_assert_eq(qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN), 0, "%s", qlt_error());
+        if (run == 0) { /* the float32 bytes of every NF4 weight, and half of them as the third run's budget */
+            for (int l = 0; l < t.model.cfg.n_layers; l++)
+                for (int p = 0; p < QLT_PROJ_COUNT; p++) {
+                    const qlt_weight *w = &t.model.layers[l].proj[p];
+                    if (w->format == QLT_WFORMAT_NF4) nf4_bytes += (int64_t)sizeof(float) * w->rows * w->cols;
+                }
+            if (t.model.lm_head.format == QLT_WFORMAT_NF4 && !t.model.lm_head_shared)
+                nf4_bytes += (int64_t)sizeof(float) * t.model.lm_head.rows * t.model.lm_head.cols;
+            cr_assert_gt(nf4_bytes, 0);
+            snprintf(half, sizeof half, "train.dequant_cache_gib=%.17g", nf4_bytes / 2 / 1073741824.0);
+        }
+        for (int s = 0; s < STEPS; s++) {
+            qlt_step_metrics m;
+            cr_assert_eq(qlt_trainer_step(&t, &m), 0, "%s", qlt_error());
+            loss[run][s] = m.loss;
+        }
+        peak[run] = t.be->peak_bytes(t.be);
+        n_params = t.lora.n_params;
+        params[run] = malloc(sizeof(float) * (size_t)n_params);
+        memcpy(params[run], t.lora.params, sizeof(float) * (size_t)n_params);
+        qlt_trainer_free(&t);
+        qlt_config_free(&cfg);
+    }
+    for (int run = 1; run < 3; run++) {
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_eq(loss[run][s], loss[0][s], "run %d step %d: loss %.17g vs %.17g uncached", run, s + 1,
+                         loss[run][s], loss[0][s]);
+        cr_expect(memcmp(params[run], params[0], sizeof(float) * (size_t)n_params) == 0,
+                  "run %d: the adapter differs from the uncached run's", run);
+    }
+    cr_expect_eq((int64_t)(peak[1] - peak[0]), nf4_bytes, "every weight kept: the peak grew by %lld bytes, not %lld",
+                 (long long)(peak[1] - peak[0]), (long long)nf4_bytes);
+    cr_expect(peak[2] > peak[0] && (int64_t)(peak[2] - peak[0]) <= nf4_bytes / 2,
+              "half the budget: the peak grew by %lld bytes (budget %lld)", (long long)(peak[2] - peak[0]),
+              (long long)(nf4_bytes / 2));
+    for (int run = 0; run < 3; run++) free(params[run]);
+    qlt_remove_tree(tmp);
+    free(tokens);
+    free(out);
+    free(tmp);
+}
+
 /* Activation memory on a deeper model (12 layers): lifetime planning needs less than three quarters of
  * every buffer of the step side by side (measured: 68%), and layer checkpointing needs less again. */
 Test(train, activation_memory_planning) {
