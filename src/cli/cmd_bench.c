@@ -170,6 +170,7 @@ static int run_bench(const bench_opts *o, const char *tmp) {
         double tokens_per_step = (double)o->micro_batch * o->seq;
         double tokens_per_s = tokens_per_step / median;
         double peak_gib = be->peak_bytes ? (double)be->peak_bytes(be) / (1 << 30) : 0;
+        double held_gib = be->dequant_cache_held ? (double)be->dequant_cache_held(be) / (1 << 30) : 0;
         double peak_tflops = be->gemm_peak_tflops ? be->gemm_peak_tflops(be) : 0;
         double linear = (double)qlt_model_linear_params(&mc);
         double mfu = peak_tflops > 0 ? 4.0 * linear * tokens_per_s / (peak_tflops * 1e12) : 0;
@@ -185,7 +186,8 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                    "\"gemm_peak_tflops\": %.1f, \"load_s\": %.3f, \"first_step_s\": %.3f, \"loss\": %.5f",
                    o->model, be->name, o->quant, o->micro_batch, o->seq, o->r, tokens_per_s, median, peak_gib, mfu,
                    peak_tflops, load_s, first_step_s, last_loss);
-            printf(", \"attention\": \"%s\", \"dequant_cache_gib\": %g", attention, cfg.train.dequant_cache_gib);
+            printf(", \"attention\": \"%s\", \"dequant_cache_gib\": %g, \"dequant_cache_held_gib\": %.3f", attention,
+                   cfg.train.dequant_cache_gib, held_gib);
             if (metered)
                 printf(", \"joules_per_step\": %.2f, \"millijoules_per_token\": %.3f, \"power_w_energy\": %.1f",
                        joules_step, mj_token, watts);
@@ -203,7 +205,8 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                    o->model, mc.arch_name, linear / 1e9, be->name, o->quant, o->micro_batch, o->seq, o->r);
             printf("load (random init%s): %.2f s, first step %.3f s; attention: %s", strcmp(o->quant, "nf4") == 0 ? " + NF4" : "",
                    load_s, first_step_s, attention);
-            if (cfg.train.dequant_cache_gib > 0) printf("; dequant cache up to %g GiB", cfg.train.dequant_cache_gib);
+            if (cfg.train.dequant_cache_gib > 0)
+                printf("; weights kept dequantized %.2f GiB (budget %g)", held_gib, cfg.train.dequant_cache_gib);
             printf("\n");
             printf("tokens/s %.0f   step %.1f ms (median of %d)   peak memory %.2f GiB", tokens_per_s, median * 1e3,
                    o->steps, peak_gib);

@@ -121,6 +121,8 @@ struct qlt_backend {
     size_t (*available_bytes)(qlt_backend *be);
     /* Peak bytes of backend memory allocated so far (0 if unknown). */
     size_t (*peak_bytes)(qlt_backend *be);
+    /* Bytes that keep frozen weights dequantized now (dequant_cache_bytes; 0 when off). */
+    int64_t (*dequant_cache_held)(qlt_backend *be);
     /* Measured dense bf16 GEMM rate in TFLOP/s (the MFU denominator), or NULL when not applicable. */
     double (*gemm_peak_tflops)(qlt_backend *be);
     /* Sampling of the device's SM clock, power draw and power-cap throttling (for `bench`): on = 1 starts,

@@ -78,6 +78,7 @@ static size_t cpu_available_bytes(qlt_backend *be) {
 }
 
 static size_t cpu_peak_bytes(qlt_backend *be) { return ((cpu_impl *)be->impl)->peak_bytes; }
+static int64_t cpu_dequant_cache_held(qlt_backend *be) { return ((cpu_impl *)be->impl)->cache_bytes; }
 
 static double wall_ms(void) { return 1e3 * qlt_now_seconds(); }
 
@@ -128,6 +129,9 @@ static float *cache_add(qlt_backend *be, const qlt_weight *w) {
     cpu_impl *impl = be->impl;
     const int64_t bytes = (int64_t)sizeof(float) * w->rows * w->cols;
     if (impl->cache_bytes + bytes > be->dequant_cache_bytes) return NULL;
+    /* what the host has free, less a margin, bounds a large budget (malloc would overcommit) */
+    const int64_t avail = (int64_t)sysconf(_SC_AVPHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+    if (avail > 0 && bytes + ((int64_t)512 << 20) > avail) return NULL;
     float *data = malloc((size_t)bytes);
     if (!data) return NULL;
     if (impl->n_cache == impl->cap_cache) {
@@ -435,6 +439,7 @@ qlt_backend *qlt_backend_cpu_create(int threads) {
     be->phase = cpu_phase;
     be->profile_read = cpu_profile_read;
     be->peak_bytes = cpu_peak_bytes;
+    be->dequant_cache_held = cpu_dequant_cache_held;
     be->available_bytes = cpu_available_bytes;
     be->weight_create = cpu_weight_create;
     be->weight_from_nf4 = cpu_weight_from_nf4;

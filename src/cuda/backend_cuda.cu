@@ -422,6 +422,7 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->phase = cuda_phase;
     be->profile_read = cuda_profile_read;
     be->peak_bytes = cuda_peak_bytes;
+    be->dequant_cache_held = qlt_cuda_cache_bytes;
     be->available_bytes = cuda_available_bytes;
     be->gemm_peak_tflops = cuda_gemm_peak_tflops;
     be->clock_monitor = cuda_clock_monitor;

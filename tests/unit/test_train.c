@@ -435,7 +435,7 @@ Test(train, dequant_cache_is_exact) {
     double loss[3][STEPS];
     float *params[3] = {NULL, NULL, NULL};
     size_t peak[3];
-    int64_t n_params = 0, nf4_bytes = 0;
+    int64_t held[3], n_params = 0, nf4_bytes = 0;
     char half[64];
     for (int run = 0; run < 3; run++) {
         qlt_config cfg;
@@ -463,6 +463,7 @@ Test(train, dequant_cache_is_exact) {
             loss[run][s] = m.loss;
         }
         peak[run] = t.be->peak_bytes(t.be);
+        held[run] = t.be->dequant_cache_held(t.be);
         n_params = t.lora.n_params;
         params[run] = malloc(sizeof(float) * (size_t)n_params);
         memcpy(params[run], t.lora.params, sizeof(float) * (size_t)n_params);
@@ -476,6 +477,10 @@ Test(train, dequant_cache_is_exact) {
         cr_expect(memcmp(params[run], params[0], sizeof(float) * (size_t)n_params) == 0,
                   "run %d: the adapter differs from the uncached run's", run);
     }
+    cr_expect_eq(held[0], 0);
+    cr_expect_eq(held[1], nf4_bytes, "every weight kept: %lld bytes held, not %lld", (long long)held[1],
+                 (long long)nf4_bytes);
+    cr_expect(held[2] > 0 && held[2] <= nf4_bytes / 2, "half the budget: %lld bytes held", (long long)held[2]);
     cr_expect_eq((int64_t)(peak[1] - peak[0]), nf4_bytes, "every weight kept: the peak grew by %lld bytes, not %lld",
                  (long long)(peak[1] - peak[0]), (long long)nf4_bytes);
     cr_expect(peak[2] > peak[0] && (int64_t)(peak[2] - peak[0]) <= nf4_bytes / 2,
