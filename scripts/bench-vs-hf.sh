@@ -4,7 +4,7 @@
 #   scripts/bench-vs-hf.sh [BIN_DIR=carry/bin] [MODELS_DIR=carry/models]
 # qlora-train: NF4 base (double quant), LoRA r 16 on all seven projections, random weights and tokens,
 # the step captured as a CUDA graph; the last row also keeps every weight dequantized between steps
-# (--dequant-cache, ~13 GiB more at 7B: no NF4 footprint any more, so it is not the NF4 row).
+# (--dequant-cache, ~12.5 GiB more at 7B: no NF4 footprint any more, so it is not the NF4 row).
 # HF + PEFT: bf16 base (no quantization), SDPA, the same LoRA, torch AdamW. HF_QUANT=nf4: HF's QLoRA instead
 # (the projections as bitsandbytes NF4 Linear4bit; needs the wheel `scripts/package-gpu.sh --bnb` puts in .whl/).
 # Each run's SM clock and power are sampled every 100 ms (nvidia-smi): the table gives the median SM clock of

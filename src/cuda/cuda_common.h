@@ -212,9 +212,8 @@ bf16 *qlt_cuda_stack_bf16_room(qlt_backend *be, const qlt_weight *const *w, int 
  * a capture while the budget lasts; NULL: not cached */
 bf16 *qlt_cuda_cache_stack(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld_min, int ld_exact,
                            int64_t extra_rows, int64_t *ld);
-/* extra columns a stack's entries get (weight_stack_prepare), and the most room rows a backward fold needs */
+/* the extra columns a stack's entries get (weight_stack_prepare) */
 void qlt_cuda_cache_announce(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols);
-void qlt_cuda_cache_room(qlt_backend *be, int64_t rows);
 void qlt_cuda_cache_drop(qlt_backend *be, const qlt_weight *w); /* the entries holding w (weight_free) */
 int64_t qlt_cuda_cache_bytes(qlt_backend *be);
 void qlt_cuda_cache_release(qlt_backend *be);

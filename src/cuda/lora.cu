@@ -216,10 +216,7 @@ int qlt_cuda_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_
     QLT_TRY(grow(be, &impl->lora_ws, &impl->lora_ws_bytes, sizeof(bf16) * (size_t)ws, "operand workspace"));
     /* linear_lora_bwd's folded backward weight [W_j...; A3] of the narrow outputs (when any) */
     const int64_t fold_rows = bwd_fold_rows(k, in, outs, r);
-    if (fold_rows > k3r) {
-        QLT_TRY(qlt_cuda_reserve_dequant(be, fold_rows * in));
-        qlt_cuda_cache_room(be, k3r); /* kept weights (weight_cache.cu) get room for A3's rows */
-    }
+    if (fold_rows > k3r) QLT_TRY(qlt_cuda_reserve_dequant(be, fold_rows * in));
     return grow(be, (void **)&impl->lora_acc, &impl->lora_acc_bytes, sizeof(float) * (size_t)acc,
                 "product workspace");
 }

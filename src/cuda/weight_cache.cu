@@ -8,8 +8,12 @@
  *   [rows + room, ld] bf16, the stack's weights in rows [0, rows) and columns [0, cols);
  *   ld = cols + the extra columns weight_stack_prepare announced for the stack (the adapters' columns that
  *   linear_lora_fwd folds in; a request for fewer columns reads the same rows with this stride);
- *   room rows after the weights (entries with ld == cols) for the backward's folded [W; A3] (lora.cu).
+ *   room rows after the weights for the backward's folded [W; A3] (lora.cu), as many as asked for.
  * Columns cols.. and the room rows belong to the entry's callers, who rewrite them each use.
+ * A single weight inside a stack entry of stride cols is read from there (k and v inside [k; v]).
+ * Until a lookup has happened inside a capture (so no graph can hold an entry's address), an entry that must
+ * grow (more room) is replaced, and single-weight entries that a new stack entry holds are freed; after it,
+ * nothing is freed before the weights are (a miss then makes a new entry beside the old one).
  * Nothing is evicted: weights are frozen; an entry goes when one of its weights is freed. */
 #include "cuda/cuda_common.h"
 
@@ -35,9 +39,10 @@ struct qlt_cuda_weight_cache {
     int n, cap;
     cuda_stack_extra *extras; /* what weight_stack_prepare announced */
     int n_extras, cap_extras;
-    int64_t bytes;     /* held by the entries */
-    int64_t room_rows; /* the most rows a backward fold appends (lora_group_prepare) */
-    int full_noted;    /* the budget ran out (said once) */
+    int64_t bytes;  /* held by the entries */
+    int captured;   /* a lookup happened inside a capture: a graph may hold entries' addresses */
+    int full_noted;  /* the budget or the device ran out (said once) */
+    int device_full; /* the device had too little free memory for an entry: no more are made */
 };
 
 static qlt_cuda_weight_cache *cache_of(qlt_backend *be) {
@@ -71,43 +76,57 @@ void qlt_cuda_cache_announce(qlt_backend *be, const qlt_weight *const *w, int k,
     e->extra_cols = extra_cols;
 }
 
-void qlt_cuda_cache_room(qlt_backend *be, int64_t rows) {
-    qlt_cuda_weight_cache *c = cache_of(be);
-    if (rows > c->room_rows) c->room_rows = rows;
-}
-
 static int64_t announced_extra(const qlt_cuda_weight_cache *c, const qlt_weight *const *w, int k) {
     for (int i = 0; i < c->n_extras; i++)
         if (same_stack(c->extras[i].w, c->extras[i].k, w, k)) return c->extras[i].extra_cols;
     return 0;
 }
 
-/* A new entry for the stack, filled (stream-ordered); NULL when caching is off, the stream is being captured,
- * or the budget (or the device) has no room for it. */
-static cuda_cached_stack *cache_add(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld_min, int ld_exact,
-                                    int64_t extra_rows) {
+static int64_t entry_bytes(const cuda_cached_stack *e) { return (int64_t)sizeof(bf16) * (e->rows + e->room) * e->ld; }
+
+static bool list_holds(const qlt_weight *const *list, int k, const qlt_weight *w) {
+    for (int j = 0; j < k; j++)
+        if (list[j] == w) return true;
+    return false;
+}
+
+static bool entry_holds(const cuda_cached_stack *e, const qlt_weight *w) { return list_holds(e->w, e->k, w); }
+
+/* Frees entry i (the last entry takes its place). cudaFree waits for the device, so the stream's earlier uses
+ * of it are done. */
+static void entry_free(qlt_backend *be, qlt_cuda_weight_cache *c, int i) {
+    qlt_cuda_free_tracked(be, c->entries[i].data, (size_t)entry_bytes(&c->entries[i]));
+    c->bytes -= entry_bytes(&c->entries[i]);
+    c->entries[i] = c->entries[--c->n];
+}
+
+/* A new entry for the stack, filled (stream-ordered); NULL when the budget (or the device) has no room for it.
+ * `old`: an entry of the same stack too small for this request, or NULL. The new entry replaces it when it can
+ * serve whatever `old` served (the same stride, at least its room) and no graph may hold its address; otherwise
+ * both stay, so no two requests can keep replacing each other's entry. */
+static cuda_cached_stack *cache_add(qlt_backend *be, qlt_cuda_weight_cache *c, const qlt_weight *const *w, int k,
+                                    int64_t ld_min, int ld_exact, int64_t extra_rows, const cuda_cached_stack *old) {
     cuda_impl *impl = cuda_impl_of(be);
-    if (be->dequant_cache_bytes <= 0) return NULL;
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    CUDA_CHECK(cudaStreamIsCapturing(impl->stream, &status));
-    if (status != cudaStreamCaptureStatusNone) return NULL; /* no allocation inside a captured step */
-    qlt_cuda_weight_cache *c = cache_of(be);
     const int64_t cols = w[0]->cols;
     int64_t rows = 0;
     for (int i = 0; i < k; i++) rows += w[i]->rows;
-    int64_t ld = ld_min;
+    int64_t ld = ld_min, room = extra_rows;
     if (!ld_exact && cols + announced_extra(c, w, k) > ld) ld = cols + announced_extra(c, w, k);
-    /* room for a backward fold only where the fold can use it: its [W; A3] has stride cols */
-    const int64_t room = ld == cols ? (extra_rows > c->room_rows ? extra_rows : c->room_rows) : 0;
-    if (extra_rows > room) return NULL;
+    if (old && !ld_exact && old->ld > ld) ld = old->ld;
+    const bool replace = old && old->ld == ld && !c->captured;
+    if (replace && old->room > room) room = old->room;
     const int64_t bytes = (int64_t)sizeof(bf16) * (rows + room) * ld;
     /* what the libraries may still allocate later (cuDNN's workspace, cuBLAS's) keeps a margin free */
     const size_t margin = (size_t)512 << 20;
     size_t free_bytes = 0, total_bytes = 0;
-    const bool in_budget = c->bytes + bytes <= be->dequant_cache_bytes;
-    const bool on_device = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess && free_bytes >= (size_t)bytes + margin;
-    bf16 *data = in_budget && on_device ? (bf16 *)qlt_cuda_alloc_tracked(be, (size_t)bytes) : NULL;
-    if (!data) {
+    const int64_t freed = replace ? entry_bytes(old) : 0; /* the old entry goes first */
+    const bool in_budget = c->bytes - freed + bytes <= be->dequant_cache_bytes;
+    /* the device is asked only within the budget, and not again once it was short (each miss of an eager
+     * step would ask otherwise) */
+    const bool on_device = in_budget && !c->device_full && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess &&
+                           free_bytes + (size_t)freed >= (size_t)bytes + margin;
+    if (in_budget && !on_device) c->device_full = 1;
+    if (!on_device) {
         if (!c->full_noted)
             fprintf(stderr, "qlora-train: train.dequant_cache_gib: %.2f GiB of weights kept dequantized, the rest "
                             "dequantized at each use (%s)\n",
@@ -115,6 +134,9 @@ static cuda_cached_stack *cache_add(qlt_backend *be, const qlt_weight *const *w,
         c->full_noted = 1;
         return NULL;
     }
+    if (freed) entry_free(be, c, (int)(old - c->entries));
+    bf16 *data = (bf16 *)qlt_cuda_alloc_tracked(be, (size_t)bytes);
+    if (!data) return NULL;
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 64;
         c->entries = (cuda_cached_stack *)qlt_xrealloc(c->entries, sizeof(cuda_cached_stack) * (size_t)c->cap);
@@ -135,44 +157,63 @@ static cuda_cached_stack *cache_add(qlt_backend *be, const qlt_weight *const *w,
         dst += w[i]->rows * ld;
     }
     if (be->phase) be->phase(be, was);
+    /* a stack of stride cols holds its weights for single-weight reads too: their own entries go (the loop
+     * frees single-weight entries only, so the new one stays; it is found again where the frees moved it) */
+    if (k > 1 && ld == cols && !c->captured) {
+        for (int i = c->n - 1; i >= 0; i--)
+            if (c->entries[i].k == 1 && c->entries[i].room == 0 && list_holds(w, k, c->entries[i].w[0])) {
+                entry_free(be, c, i);
+                e = NULL;
+            }
+        for (int i = 0; i < c->n && !e; i++)
+            if (c->entries[i].data == data) e = &c->entries[i];
+    }
     return e;
 }
 
 bf16 *qlt_cuda_cache_stack(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld_min, int ld_exact,
                            int64_t extra_rows, int64_t *ld) {
     cuda_impl *impl = cuda_impl_of(be);
-    if (be->dequant_cache_bytes <= 0 && !impl->wcache) return NULL;
+    if (be->dequant_cache_bytes <= 0) return NULL;
     qlt_cuda_weight_cache *c = cache_of(be);
-    cuda_cached_stack *hit = NULL;
-    for (int i = 0; i < c->n && !hit; i++) {
-        cuda_cached_stack *e = &c->entries[i];
-        if (same_stack(e->w, e->k, w, k) && (ld_exact ? e->ld == ld_min : e->ld >= ld_min) && e->room >= extra_rows)
-            hit = e;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(impl->stream, &status));
+    const bool capturing = status != cudaStreamCaptureStatusNone;
+    if (capturing) c->captured = 1; /* from now on a graph may hold what this returns */
+    const cuda_cached_stack *same = NULL;
+    for (int i = 0; i < c->n; i++) {
+        const cuda_cached_stack *e = &c->entries[i];
+        if (!same_stack(e->w, e->k, w, k)) continue;
+        if ((ld_exact ? e->ld == ld_min : e->ld >= ld_min) && e->room >= extra_rows) {
+            *ld = e->ld;
+            return e->data;
+        }
+        same = e;
     }
-    if (!hit) hit = cache_add(be, w, k, ld_min, ld_exact, extra_rows);
-    if (!hit) return NULL;
-    *ld = hit->ld;
-    return hit->data;
+    /* a single weight, stride cols, no room: its rows inside a stack entry of that stride */
+    if (k == 1 && ld_min == w[0]->cols && extra_rows == 0)
+        for (int i = 0; i < c->n; i++) {
+            const cuda_cached_stack *e = &c->entries[i];
+            if (e->ld != w[0]->cols || !entry_holds(e, w[0])) continue;
+            int64_t row0 = 0;
+            for (int j = 0; e->w[j] != w[0]; j++) row0 += e->w[j]->rows;
+            *ld = e->ld;
+            return e->data + row0 * e->ld;
+        }
+    if (capturing) return NULL; /* no allocation inside a capture */
+    const cuda_cached_stack *made = cache_add(be, c, w, k, ld_min, ld_exact, extra_rows, same);
+    if (!made) return NULL;
+    *ld = made->ld;
+    return made->data;
 }
 
 void qlt_cuda_cache_drop(qlt_backend *be, const qlt_weight *w) {
     qlt_cuda_weight_cache *c = cuda_impl_of(be)->wcache;
     if (!c) return;
-    for (int i = c->n - 1; i >= 0; i--) {
-        cuda_cached_stack *e = &c->entries[i];
-        bool holds = false;
-        for (int j = 0; j < e->k; j++) holds = holds || e->w[j] == w;
-        if (!holds) continue;
-        const int64_t bytes = (int64_t)sizeof(bf16) * (e->rows + e->room) * e->ld;
-        qlt_cuda_free_tracked(be, e->data, (size_t)bytes);
-        c->bytes -= bytes;
-        *e = c->entries[--c->n];
-    }
-    for (int i = c->n_extras - 1; i >= 0; i--) {
-        bool holds = false;
-        for (int j = 0; j < c->extras[i].k; j++) holds = holds || c->extras[i].w[j] == w;
-        if (holds) c->extras[i] = c->extras[--c->n_extras];
-    }
+    for (int i = c->n - 1; i >= 0; i--)
+        if (entry_holds(&c->entries[i], w)) entry_free(be, c, i);
+    for (int i = c->n_extras - 1; i >= 0; i--)
+        if (list_holds(c->extras[i].w, c->extras[i].k, w)) c->extras[i] = c->extras[--c->n_extras];
 }
 
 int64_t qlt_cuda_cache_bytes(qlt_backend *be) {
@@ -184,9 +225,7 @@ void qlt_cuda_cache_release(qlt_backend *be) {
     cuda_impl *impl = cuda_impl_of(be);
     qlt_cuda_weight_cache *c = impl->wcache;
     if (!c) return;
-    for (int i = 0; i < c->n; i++)
-        qlt_cuda_free_tracked(be, c->entries[i].data,
-                              sizeof(bf16) * (size_t)((c->entries[i].rows + c->entries[i].room) * c->entries[i].ld));
+    for (int i = 0; i < c->n; i++) qlt_cuda_free_tracked(be, c->entries[i].data, (size_t)entry_bytes(&c->entries[i]));
     free(c->entries);
     free(c->extras);
     free(c);

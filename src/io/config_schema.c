@@ -130,7 +130,7 @@ static const qlt_cfg_entry schema[] = {
     FLOAT_KEY("train.dequant_cache_gib", train.dequant_cache_gib, "0", "[0, inf)", "dequant_cache|weight_cache_gib",
               "GiB of memory that keep frozen NF4 weights dequantized from their first use on (bf16 on a GPU, float32 "
               "on the CPU) instead of dequantizing them before every use; same values, same losses; 0 = off (the "
-              "QLoRA footprint). A 7B model needs ~13 GiB on a GPU for all of its weights; a larger value keeps "
+              "QLoRA footprint). A 7B model needs ~12.5 GiB on a GPU for all of its weights; a larger value keeps "
               "what fits in the memory the activations leave"),
     ENUM_KEY("train.attention", train.attention, "auto", "auto, own, cudnn", "attn_implementation",
              "CUDA attention: auto = cuDNN's fused attention where it applies (libcudnn.so.9 loadable, at most 16 "
