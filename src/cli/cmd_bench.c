@@ -203,8 +203,8 @@ static int run_bench(const bench_opts *o, const char *tmp) {
         } else {
             printf("model %s (%s, %.2fB linear params), %s backend, %s base, micro_batch %d x seq %d, LoRA r %d\n",
                    o->model, mc.arch_name, linear / 1e9, be->name, o->quant, o->micro_batch, o->seq, o->r);
-            printf("load (random init%s): %.2f s, first step %.3f s; attention: %s", strcmp(o->quant, "nf4") == 0 ? " + NF4" : "",
-                   load_s, first_step_s, attention);
+            printf("load (random init%s): %.2f s, first step %.3f s; attention: %s",
+                   strcmp(o->quant, "nf4") == 0 ? " + NF4" : "", load_s, first_step_s, attention);
             if (cfg.train.dequant_cache_gib > 0)
                 printf("; weights kept dequantized %.2f GiB (budget %g)", held_gib, cfg.train.dequant_cache_gib);
             printf("\n");

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/counter_hash.h"
 #include "common/error.h"
 #include "common/rng.h"
@@ -17,7 +18,6 @@
 #include "io/fileutil.h"
 #include "model/forward.h"
 #include "train/checkpoint.h"
-#include "common/clock.h"
 
 /* An environment switch: set and not "0". */
 static int getenv_flag(const char *name) {
