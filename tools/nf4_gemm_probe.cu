@@ -175,29 +175,28 @@ int main(int argc, char **argv) {
         const float ea = he[0] / he[1], eb = he[2] / he[3];
         const bool ok = eb <= 1.5f * ea + 1e-6f && he[3] > 0;
         failed += !ok;
-        /* time: 5 alternating rounds of 10 launches: dequantize alone, dequantize + cuBLAS, fused */
-        std::vector<float> t_deq, t_unf, t_fus;
-        for (int round = 0; round < 5; round++) {
+        /* the paths measured: dequantize alone, dequantize + cuBLAS, fused, cuBLAS alone (on the weight wbuf holds) */
+        auto deq = [&]() {
+            for (int i = 0; i < s.parts; i++) CHECK(qlt_cuda_nf4_dequantize(&q[i], wbuf, QLT_DTYPE_BF16, NULL));
+        };
+        auto unf = [&]() { unfused(s, qp, wbuf, R, M, in, out_a, CUDA_R_16BF, beta); };
+        auto fus = [&]() { fused(s, qp, R, M, in, out_b, bn); };
+        auto gemm = [&]() { gemm_only(s, wbuf, R, M, in, out_a, CUDA_R_16BF, beta); };
+        /* time: 5 alternating rounds of 10 launches of the first three, microseconds a launch */
+        auto ten_launches_us = [&](auto call) {
             float ms;
             CHECK(cudaEventRecord(e0));
-            for (int r = 0; r < 10; r++)
-                for (int i = 0; i < s.parts; i++) CHECK(qlt_cuda_nf4_dequantize(&q[i], wbuf, QLT_DTYPE_BF16, NULL));
+            for (int r = 0; r < 10; r++) call();
             CHECK(cudaEventRecord(e1));
             CHECK(cudaEventSynchronize(e1));
             CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            t_deq.push_back(ms * 100);
-            CHECK(cudaEventRecord(e0));
-            for (int r = 0; r < 10; r++) unfused(s, qp, wbuf, R, M, in, out_a, CUDA_R_16BF, beta);
-            CHECK(cudaEventRecord(e1));
-            CHECK(cudaEventSynchronize(e1));
-            CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            t_unf.push_back(ms * 100);
-            CHECK(cudaEventRecord(e0));
-            for (int r = 0; r < 10; r++) fused(s, qp, R, M, in, out_b, bn);
-            CHECK(cudaEventRecord(e1));
-            CHECK(cudaEventSynchronize(e1));
-            CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            t_fus.push_back(ms * 100);
+            return ms * 100;
+        };
+        std::vector<float> t_deq, t_unf, t_fus;
+        for (int round = 0; round < 5; round++) {
+            t_deq.push_back(ten_launches_us(deq));
+            t_unf.push_back(ten_launches_us(unf));
+            t_fus.push_back(ten_launches_us(fus));
         }
         std::sort(t_deq.begin(), t_deq.end());
         std::sort(t_unf.begin(), t_unf.end());
@@ -210,12 +209,6 @@ int main(int argc, char **argv) {
                 meter.sustain(call, n, &secs, &total);
                 *us = secs * 1e6 / n, *joules = total / n;
             };
-            auto unf = [&]() { unfused(s, qp, wbuf, R, M, in, out_a, CUDA_R_16BF, beta); };
-            auto fus = [&]() { fused(s, qp, R, M, in, out_b, bn); };
-            auto deq = [&]() {
-                for (int i = 0; i < s.parts; i++) CHECK(qlt_cuda_nf4_dequantize(&q[i], wbuf, QLT_DTYPE_BF16, NULL));
-            };
-            auto gemm = [&]() { gemm_only(s, wbuf, R, M, in, out_a, CUDA_R_16BF, beta); };
             double us_u, j_u, us_f, j_f, us_d, j_d, us_g, j_g;
             sustain(unf, t_unf[2], &us_u, &j_u); /* warm-up */
             sustain(unf, t_unf[2], &us_u, &j_u);
@@ -224,7 +217,8 @@ int main(int argc, char **argv) {
             sustain(fus, t_fus[2], &us_f, &j_f);
             printf("%-16s sustained: dequantize + cuBLAS %.1f us %.4f J, dequantize alone %.1f us %.4f J, cuBLAS alone "
                    "%.1f us %.4f J, fused %.1f us %.4f J (energy %.2fx; fused over cuBLAS alone %.1f pJ a weight value)\n",
-                   s.name, us_u, j_u, us_d, j_d, us_g, j_g, us_f, j_f, j_f / j_u, (j_f - j_g) / ((double)R * s.cols) * 1e12);
+                   s.name, us_u, j_u, us_d, j_d, us_g, j_g, us_f, j_f, j_f / j_u,
+                   (j_f - j_g) / ((double)R * s.cols) * 1e12);
         }
         const double flop = 2.0 * M * R * s.cols;
         printf("%-16s %6ld %6ld %6ld | %10.2e %10.2e %6s | %7.1f %9.1f %8.1f %5.2fx %7.0f %7.0f\n", s.name, M, out_cols,

@@ -61,6 +61,13 @@ const char *qlt_phase_name(qlt_phase p);
 /* The most weights a stacked linear takes (q/k/v). */
 #define QLT_STACK_MAX 3
 
+/* Rows of a stack of k weights read as one matrix: the sum of theirs. */
+static inline int64_t qlt_stack_rows(const qlt_weight *const *w, int k) {
+    int64_t rows = 0;
+    for (int i = 0; i < k; i++) rows += w[i]->rows;
+    return rows;
+}
+
 /* One projection of a LoRA group: where its output lives and its adapter. */
 typedef struct qlt_lora_site {
     void *y;        /* act [N, ld]: forward output, y += scale u B^T on columns 0..out-1 */

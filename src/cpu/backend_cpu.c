@@ -261,16 +261,10 @@ static int cpu_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w,
     return 0;
 }
 
-static int64_t stack_rows(const qlt_weight *const *w, int k) {
-    int64_t rows = 0;
-    for (int i = 0; i < k; i++) rows += w[i]->rows;
-    return rows;
-}
-
 static void cpu_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k,
                            const float *bias, int64_t n) {
     QLT_ASSERT(k >= 1 && k <= QLT_STACK_MAX && (bias == NULL || k == 1));
-    int64_t ld = stack_rows(w, k), col = 0;
+    int64_t ld = qlt_stack_rows(w, k), col = 0;
     for (int i = 0; i < k; i++) {
         const float *wf = cpu_weight_f32(be, w[i]);
         qlt_cpu_gemm(0, 1, n, w[i]->rows, w[i]->cols, 1.0f, x, w[i]->cols, wf, w[i]->cols, 0.0f, (float *)y + col, ld);
@@ -285,7 +279,7 @@ static void cpu_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_we
 
 static void cpu_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *const *w, int k, int64_t n,
                              float beta) {
-    int64_t ld = stack_rows(w, k), col = 0;
+    int64_t ld = qlt_stack_rows(w, k), col = 0;
     for (int i = 0; i < k; i++) {
         const float *wf = cpu_weight_f32(be, w[i]);
         qlt_cpu_gemm(0, 0, n, w[i]->cols, w[i]->rows, 1.0f, (const float *)dy + col, ld, wf, w[i]->cols,

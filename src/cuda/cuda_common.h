@@ -203,6 +203,9 @@ int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, i
  * dequantized (NF4) or copied (bf16) side by side into impl->dequant with stride ld_min. Columns cols..*ld-1
  * are the caller's: left as they were (stream-ordered). */
 const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int k, int64_t *ld, int64_t *rows);
+/* The stack's weights into dst [sum rows, ld] side by side, columns 0..cols-1 (stream-ordered): NF4 dequantized
+ * (charged to the dequant phase), bf16 copied */
+void qlt_cuda_stack_fill(qlt_backend *be, bf16 *dst, const qlt_weight *const *w, int k, int64_t ld);
 /* The stack as bf16 [*rows, cols] (stride cols: NF4 dequantized, bf16 copied, whatever k is; a weight_cache.cu
  * entry or impl->dequant) with room for extra_rows more rows after it, which the caller fills (stream-ordered;
  * the room was reserved at load). */

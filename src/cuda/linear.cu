@@ -192,26 +192,15 @@ const bf16 *qlt_cuda_weight_bf16(qlt_backend *be, const qlt_weight *w) {
 }
 
 int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols) {
-    int64_t rows = 0;
-    for (int i = 0; i < k; i++) {
-        QLT_ASSERT(w[i]->cols == w[0]->cols);
-        rows += w[i]->rows;
-    }
+    for (int i = 0; i < k; i++) QLT_ASSERT(w[i]->cols == w[0]->cols);
     qlt_cuda_cache_announce(be, w, k, extra_cols);
-    return k > 1 || extra_cols > 0 ? qlt_cuda_reserve_dequant(be, rows * (w[0]->cols + extra_cols)) : 0;
+    if (k == 1 && extra_cols == 0) return 0;
+    return qlt_cuda_reserve_dequant(be, qlt_stack_rows(w, k) * (w[0]->cols + extra_cols));
 }
 
-/* The weights dequantized (NF4) or copied (bf16) side by side into impl->dequant, rows of stride ld, with room
- * for extra_rows more rows after them (reserved at load); *rows = their rows. */
-static bf16 *stack_into_dequant(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld, int64_t extra_rows,
-                                int64_t *rows) {
-    QLT_ASSERT(k >= 1 && k <= QLT_STACK_MAX);
-    const int64_t cols = w[0]->cols;
-    *rows = 0;
-    for (int i = 0; i < k; i++) *rows += w[i]->rows;
+void qlt_cuda_stack_fill(qlt_backend *be, bf16 *dst, const qlt_weight *const *w, int k, int64_t ld) {
     cuda_impl *impl = cuda_impl_of(be);
-    QLT_ASSERT((*rows + extra_rows) * ld <= impl->dequant_elems && ld >= cols); /* reserved at load */
-    bf16 *dst = impl->dequant;
+    const int64_t cols = w[0]->cols;
     for (int i = 0; i < k; i++) {
         QLT_ASSERT(w[i]->cols == cols);
         if (w[i]->format == QLT_WFORMAT_NF4) {
@@ -225,6 +214,17 @@ static bf16 *stack_into_dequant(qlt_backend *be, const qlt_weight *const *w, int
         }
         dst += w[i]->rows * ld;
     }
+}
+
+/* The weights dequantized (NF4) or copied (bf16) side by side into impl->dequant, rows of stride ld, with room
+ * for extra_rows more rows after them (reserved at load); *rows = their rows. */
+static bf16 *stack_into_dequant(qlt_backend *be, const qlt_weight *const *w, int k, int64_t ld, int64_t extra_rows,
+                                int64_t *rows) {
+    QLT_ASSERT(k >= 1 && k <= QLT_STACK_MAX);
+    *rows = qlt_stack_rows(w, k);
+    cuda_impl *impl = cuda_impl_of(be);
+    QLT_ASSERT((*rows + extra_rows) * ld <= impl->dequant_elems && ld >= w[0]->cols); /* reserved at load */
+    qlt_cuda_stack_fill(be, impl->dequant, w, k, ld);
     return impl->dequant;
 }
 
@@ -236,8 +236,7 @@ const bf16 *qlt_cuda_stack_bf16(qlt_backend *be, const qlt_weight *const *w, int
     int64_t kept_ld;
     const bf16 *kept = qlt_cuda_cache_stack(be, w, k, *ld, 0, 0, &kept_ld);
     if (kept) {
-        *rows = 0;
-        for (int i = 0; i < k; i++) *rows += w[i]->rows;
+        *rows = qlt_stack_rows(w, k);
         *ld = kept_ld;
         return kept;
     }
@@ -248,8 +247,7 @@ bf16 *qlt_cuda_stack_bf16_room(qlt_backend *be, const qlt_weight *const *w, int 
     int64_t kept_ld;
     bf16 *kept = qlt_cuda_cache_stack(be, w, k, w[0]->cols, 1, extra_rows, &kept_ld);
     if (kept) {
-        *rows = 0;
-        for (int i = 0; i < k; i++) *rows += w[i]->rows;
+        *rows = qlt_stack_rows(w, k);
         return kept;
     }
     return stack_into_dequant(be, w, k, w[0]->cols, extra_rows, rows);

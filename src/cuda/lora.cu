@@ -493,8 +493,7 @@ void qlt_cuda_linear_lora_fwd(qlt_backend *be, void *y, float *u, const void *x,
     cudaStream_t s = impl->stream;
     const int64_t in = w[0]->cols, kr = (int64_t)k * r, ld = in + 3 * kr;
     const qlt_phase was = impl->phase; /* the frozen GEMMs are the caller's; u and the operands are LoRA's */
-    int64_t rows = 0;
-    for (int i = 0; i < k; i++) rows += w[i]->rows;
+    int64_t rows = qlt_stack_rows(w, k);
     if (!fwd_folds(y != NULL, k, in, rows)) {
         /* the adapters' products written first (y_i = scale u_i B_i^T), the frozen GEMMs adding onto them */
         if (be->phase) be->phase(be, QLT_PHASE_LORA);

@@ -17,20 +17,22 @@
  * Nothing is evicted: weights are frozen; an entry goes when one of its weights is freed. */
 #include "cuda/cuda_common.h"
 
-#include "cuda/nf4.h"
-
 #include <string.h>
 
-typedef struct cuda_cached_stack {
+/* Which weights, in order, a stack is (its identity in both lists below) */
+typedef struct stack_key {
     const qlt_weight *w[QLT_STACK_MAX];
     int k;
+} stack_key;
+
+typedef struct cuda_cached_stack {
+    stack_key key;
     int64_t rows, cols, ld, room; /* [rows + room, ld] */
     bf16 *data;
 } cuda_cached_stack;
 
 typedef struct cuda_stack_extra {
-    const qlt_weight *w[QLT_STACK_MAX];
-    int k;
+    stack_key key;
     int64_t extra_cols;
 } cuda_stack_extra;
 
@@ -51,17 +53,31 @@ static qlt_cuda_weight_cache *cache_of(qlt_backend *be) {
     return impl->wcache;
 }
 
-static bool same_stack(const qlt_weight *const *a, int ka, const qlt_weight *const *w, int k) {
-    if (ka != k) return false;
+static stack_key key_of(const qlt_weight *const *w, int k) {
+    stack_key key;
+    memset(&key, 0, sizeof key);
+    for (int i = 0; i < k; i++) key.w[i] = w[i];
+    key.k = k;
+    return key;
+}
+
+static bool same_stack(const stack_key *a, const qlt_weight *const *w, int k) {
+    if (a->k != k) return false;
     for (int i = 0; i < k; i++)
-        if (a[i] != w[i]) return false;
+        if (a->w[i] != w[i]) return false;
     return true;
+}
+
+static bool key_holds(const stack_key *a, const qlt_weight *w) {
+    for (int j = 0; j < a->k; j++)
+        if (a->w[j] == w) return true;
+    return false;
 }
 
 void qlt_cuda_cache_announce(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols) {
     qlt_cuda_weight_cache *c = cache_of(be);
     for (int i = 0; i < c->n_extras; i++)
-        if (same_stack(c->extras[i].w, c->extras[i].k, w, k)) {
+        if (same_stack(&c->extras[i].key, w, k)) {
             if (extra_cols > c->extras[i].extra_cols) c->extras[i].extra_cols = extra_cols;
             return;
         }
@@ -69,28 +85,17 @@ void qlt_cuda_cache_announce(qlt_backend *be, const qlt_weight *const *w, int k,
         c->cap_extras = c->cap_extras ? 2 * c->cap_extras : 64;
         c->extras = (cuda_stack_extra *)qlt_xrealloc(c->extras, sizeof(cuda_stack_extra) * (size_t)c->cap_extras);
     }
-    cuda_stack_extra *e = &c->extras[c->n_extras++];
-    memset(e, 0, sizeof *e);
-    for (int i = 0; i < k; i++) e->w[i] = w[i];
-    e->k = k;
-    e->extra_cols = extra_cols;
+    c->extras[c->n_extras++] = (cuda_stack_extra){key_of(w, k), extra_cols};
 }
 
 static int64_t announced_extra(const qlt_cuda_weight_cache *c, const qlt_weight *const *w, int k) {
     for (int i = 0; i < c->n_extras; i++)
-        if (same_stack(c->extras[i].w, c->extras[i].k, w, k)) return c->extras[i].extra_cols;
+        if (same_stack(&c->extras[i].key, w, k)) return c->extras[i].extra_cols;
     return 0;
 }
 
 static int64_t entry_bytes(const cuda_cached_stack *e) { return (int64_t)sizeof(bf16) * (e->rows + e->room) * e->ld; }
 
-static bool list_holds(const qlt_weight *const *list, int k, const qlt_weight *w) {
-    for (int j = 0; j < k; j++)
-        if (list[j] == w) return true;
-    return false;
-}
-
-static bool entry_holds(const cuda_cached_stack *e, const qlt_weight *w) { return list_holds(e->w, e->k, w); }
 
 /* Frees entry i (the last entry takes its place). cudaFree waits for the device, so the stream's earlier uses
  * of it are done. */
@@ -106,10 +111,8 @@ static void entry_free(qlt_backend *be, qlt_cuda_weight_cache *c, int i) {
  * both stay, so no two requests can keep replacing each other's entry. */
 static cuda_cached_stack *cache_add(qlt_backend *be, qlt_cuda_weight_cache *c, const qlt_weight *const *w, int k,
                                     int64_t ld_min, int ld_exact, int64_t extra_rows, const cuda_cached_stack *old) {
-    cuda_impl *impl = cuda_impl_of(be);
     const int64_t cols = w[0]->cols;
-    int64_t rows = 0;
-    for (int i = 0; i < k; i++) rows += w[i]->rows;
+    const int64_t rows = qlt_stack_rows(w, k);
     int64_t ld = ld_min, room = extra_rows;
     if (!ld_exact && cols + announced_extra(c, w, k) > ld) ld = cols + announced_extra(c, w, k);
     if (old && !ld_exact && old->ld > ld) ld = old->ld;
@@ -137,37 +140,20 @@ static cuda_cached_stack *cache_add(qlt_backend *be, qlt_cuda_weight_cache *c, c
     if (freed) entry_free(be, c, (int)(old - c->entries));
     bf16 *data = (bf16 *)qlt_cuda_alloc_tracked(be, (size_t)bytes);
     if (!data) return NULL;
+    /* a stack of stride cols holds its weights for single-weight reads too: their own entries go */
+    const stack_key key = key_of(w, k);
+    if (k > 1 && ld == cols && !c->captured)
+        for (int i = c->n - 1; i >= 0; i--)
+            if (c->entries[i].key.k == 1 && c->entries[i].room == 0 && key_holds(&key, c->entries[i].key.w[0]))
+                entry_free(be, c, i);
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 64;
         c->entries = (cuda_cached_stack *)qlt_xrealloc(c->entries, sizeof(cuda_cached_stack) * (size_t)c->cap);
     }
     cuda_cached_stack *e = &c->entries[c->n++];
-    memset(e, 0, sizeof *e);
-    for (int i = 0; i < k; i++) e->w[i] = w[i];
-    e->k = k, e->rows = rows, e->cols = cols, e->ld = ld, e->room = room, e->data = data;
+    *e = (cuda_cached_stack){key, rows, cols, ld, room, data};
     c->bytes += bytes;
-    const qlt_phase was = impl->phase;
-    if (be->phase) be->phase(be, QLT_PHASE_DEQUANT);
-    bf16 *dst = data;
-    for (int i = 0; i < k; i++) {
-        if (w[i]->format == QLT_WFORMAT_NF4)
-            QLT_ASSERT(qlt_cuda_nf4_dequantize_rows(&w[i]->nf4, dst, QLT_DTYPE_BF16, cols, ld, impl->stream) == 0);
-        else
-            qlt_cuda_copy_rows(impl->stream, dst, ld, (const bf16 *)w[i]->data, cols, w[i]->rows, cols);
-        dst += w[i]->rows * ld;
-    }
-    if (be->phase) be->phase(be, was);
-    /* a stack of stride cols holds its weights for single-weight reads too: their own entries go (the loop
-     * frees single-weight entries only, so the new one stays; it is found again where the frees moved it) */
-    if (k > 1 && ld == cols && !c->captured) {
-        for (int i = c->n - 1; i >= 0; i--)
-            if (c->entries[i].k == 1 && c->entries[i].room == 0 && list_holds(w, k, c->entries[i].w[0])) {
-                entry_free(be, c, i);
-                e = NULL;
-            }
-        for (int i = 0; i < c->n && !e; i++)
-            if (c->entries[i].data == data) e = &c->entries[i];
-    }
+    qlt_cuda_stack_fill(be, data, w, k, ld);
     return e;
 }
 
@@ -183,7 +169,7 @@ bf16 *qlt_cuda_cache_stack(qlt_backend *be, const qlt_weight *const *w, int k, i
     const cuda_cached_stack *same = NULL;
     for (int i = 0; i < c->n; i++) {
         const cuda_cached_stack *e = &c->entries[i];
-        if (!same_stack(e->w, e->k, w, k)) continue;
+        if (!same_stack(&e->key, w, k)) continue;
         if ((ld_exact ? e->ld == ld_min : e->ld >= ld_min) && e->room >= extra_rows) {
             *ld = e->ld;
             return e->data;
@@ -194,9 +180,9 @@ bf16 *qlt_cuda_cache_stack(qlt_backend *be, const qlt_weight *const *w, int k, i
     if (k == 1 && ld_min == w[0]->cols && extra_rows == 0)
         for (int i = 0; i < c->n; i++) {
             const cuda_cached_stack *e = &c->entries[i];
-            if (e->ld != w[0]->cols || !entry_holds(e, w[0])) continue;
+            if (e->ld != w[0]->cols || !key_holds(&e->key, w[0])) continue;
             int64_t row0 = 0;
-            for (int j = 0; e->w[j] != w[0]; j++) row0 += e->w[j]->rows;
+            for (int j = 0; e->key.w[j] != w[0]; j++) row0 += e->key.w[j]->rows;
             *ld = e->ld;
             return e->data + row0 * e->ld;
         }
@@ -211,9 +197,9 @@ void qlt_cuda_cache_drop(qlt_backend *be, const qlt_weight *w) {
     qlt_cuda_weight_cache *c = cuda_impl_of(be)->wcache;
     if (!c) return;
     for (int i = c->n - 1; i >= 0; i--)
-        if (entry_holds(&c->entries[i], w)) entry_free(be, c, i);
+        if (key_holds(&c->entries[i].key, w)) entry_free(be, c, i);
     for (int i = c->n_extras - 1; i >= 0; i--)
-        if (list_holds(c->extras[i].w, c->extras[i].k, w)) c->extras[i] = c->extras[--c->n_extras];
+        if (key_holds(&c->extras[i].key, w)) c->extras[i] = c->extras[--c->n_extras];
 }
 
 int64_t qlt_cuda_cache_bytes(qlt_backend *be) {
