@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """nf4_rcp_pack.py: packs the exception list that `qlt_gpu_check nf4_rcp` writes (where the GPU's
 rcp.approx.ftz.f32 differs from the correctly rounded 1/x, by input mantissa: entries (mantissa << 8) |
-delta_ulps) into src/cpu/nf4_rcp_table.c: a 2-bit code per mantissa (0: correctly rounded, 1: +1 ulp,
+delta_ulps) into src/nf4/nf4_rcp_table.c: a 2-bit code per mantissa (0: correctly rounded, 1: +1 ulp,
 2: -1 ulp), 2^23 codes = 2 MiB, zlib-compressed (about 150 KB) and inflated once on first use.
 
-    python3 scripts/nf4_rcp_pack.py OUT_DIR/nf4_rcp_table.c src/cpu/nf4_rcp_table.c
+    python3 scripts/nf4_rcp_pack.py OUT_DIR/nf4_rcp_table.c src/nf4/nf4_rcp_table.c
 """
 import re
 import sys

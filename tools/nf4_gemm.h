@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#include "model/weight.h"
+#include "backend/weight.h"
 
 #define QLT_NF4_GEMM_MAX_PARTS 3
 

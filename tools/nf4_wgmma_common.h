@@ -5,8 +5,8 @@
 #ifndef QLT_TOOLS_NF4_WGMMA_COMMON_H
 #define QLT_TOOLS_NF4_WGMMA_COMMON_H
 
+#include "backend/weight.h"
 #include "cuda/wgmma_tiles.h"
-#include "model/weight.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>

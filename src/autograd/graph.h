@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "autograd/arena_plan.h"
-#include "common/backend.h"
+#include "backend/backend.h"
 
 /* Plans of one graph (different op sequences sharing its arena): a training micro-step, a forward only. */
 enum { QLT_PLAN_TRAIN = 0, QLT_PLAN_EVAL = 1, QLT_GRAPH_PLANS = 2 };

@@ -3,7 +3,7 @@
 #ifndef QLT_CLI_CONFIG_H
 #define QLT_CLI_CONFIG_H
 
-#include "io/config.h"
+#include "config/config.h"
 
 typedef struct qlt_cli_args {
     const char *config_path; /* NULL: defaults only */

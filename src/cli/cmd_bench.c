@@ -15,8 +15,8 @@
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/fileutil.h"
 #include "common/rng.h"
-#include "io/fileutil.h"
 #include "train/trainer.h"
 
 typedef struct bench_opts {
@@ -145,7 +145,7 @@ static int run_bench(const bench_opts *o, const char *tmp) {
     qlt_clock_report clocks = {0};
     /* which attention runs, as the trainer chose it (bench rows are one example each) */
     char attention[48] = "own kernels";
-    if (t.attention_cudnn)
+    if (t.attention_plan != QLT_ATTENTION_OWN)
         snprintf(attention, sizeof attention, "cuDNN %d.%d.%d fused", be->cudnn_version / 10000,
                  be->cudnn_version / 100 % 100, be->cudnn_version % 100);
     for (int s = 0; s <= o->warmup + o->steps && rc == 0; s++) {

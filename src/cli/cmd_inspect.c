@@ -7,9 +7,9 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
-#include "cpu/nf4.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "model/model_config.h"
+#include "nf4/nf4.h"
 
 /* Where a tensor's name puts it: 0 = not part of a projection weight; 1 = a projection weight
  * (`...q_proj.weight`, what NF4 quantizes; embeddings, norms and lm_head stay as stored); 2 = a part of

@@ -15,10 +15,10 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
-#include "cpu/nf4.h"
-#include "io/bnb_checkpoint.h"
-#include "io/fileutil.h"
-#include "io/safetensors.h"
+#include "common/fileutil.h"
+#include "formats/bnb_checkpoint.h"
+#include "formats/safetensors.h"
+#include "nf4/nf4.h"
 
 static void usage(FILE *out) {
     fprintf(out,

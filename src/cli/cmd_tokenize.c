@@ -14,8 +14,8 @@
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "common/error.h"
-#include "io/jsonl.h"
-#include "io/tokenizer.h"
+#include "data/jsonl.h"
+#include "tokenizer/tokenizer.h"
 
 static void usage(FILE *out) {
     fprintf(out,

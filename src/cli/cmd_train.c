@@ -6,7 +6,7 @@
 #include "cli/cli_config.h"
 #include "cli/commands.h"
 #include "common/error.h"
-#include "io/fileutil.h"
+#include "common/fileutil.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 

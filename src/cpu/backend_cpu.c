@@ -7,11 +7,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "cpu/backend_cpu.h"
 #include "cpu/cpu_ops.h"
-#include "cpu/nf4.h"
+#include "nf4/nf4.h"
 
 /* A frozen NF4 weight kept dequantized (be->dequant_cache_bytes) */
 typedef struct cpu_cached_weight {

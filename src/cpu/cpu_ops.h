@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "common/counter_hash.h"
 
 /* C[M,N] = alpha * op(A) . op(B) + beta * C, op(X) = X or X^T (trans_* = 1), with leading dimensions.

@@ -1,5 +1,5 @@
 /* lora.c: the LoRA side path of a group of projections that read one input (reference): the shapes and
- * semantics of the backend's lora_fwd / lora_bwd (common/backend.h), in float32 with the double-
+ * semantics of the backend's lora_fwd / lora_bwd (backend/backend.h), in float32 with the double-
  * accumulating GEMM. Sites share r and scale; site i's u and du are columns i*r.. of [N, k*r]. */
 #include "cpu/cpu_ops.h"
 

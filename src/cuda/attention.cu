@@ -23,11 +23,11 @@
  * The mma / ldmatrix / cp.async helpers and the fragment layouts are in attention_tiles.h. B from a
  * row-major [n][k] tile (K for S = Q K^T) is ldb_pair; B from a row-major [k][n] tile (V for O = P V)
  * is ldmatrix.x4.trans, which yields the B fragments of two adjacent n8 tiles. */
-#include "cuda/attention_tiles.h"
 #include "cuda/attention_bwd_fused.h"
-#include "cuda/attention_fwd_wgmma.h"
 #include "cuda/attention_bwd_wgmma.h"
 #include "cuda/attention_cudnn.h"
+#include "cuda/attention_fwd_wgmma.h"
+#include "cuda/attention_tiles.h"
 #include "cuda/backend_cuda.h"
 
 /* Pipelines: STAGES = 2 double-buffers the streamed tiles (the next tile's cp.async is in flight while
@@ -591,7 +591,7 @@ static void attn_fwd_dispatch(cudaStream_t s, bf16 *out, float *lse, const bf16 
 }
 
 /* cuDNN's fused attention takes a call when cuDNN is loaded and the run's rows hold at most
- * QLT_CUDNN_MAX_ROW_EXAMPLES examples that matter (be->max_row_examples, set from the data): with 1, dense
+ * QLT_FUSED_ATTENTION_MAX_ROW_EXAMPLES examples that matter (be->max_row_examples, set from the data): with 1, dense
  * causal attention over whole rows (the masking of a trailing example no loss is taken from changes no loss or
  * gradient); with more, the ragged layout, each example its own sequence. QLT_CUDNN_RAGGED=1 in the
  * environment takes the ragged layout for one example a row too (for measuring the two). A shape's forward
@@ -600,7 +600,7 @@ static void attn_fwd_dispatch(cudaStream_t s, bf16 *out, float *lse, const bf16 
 static qlt_cudnn_attn *attn_cudnn_for(qlt_backend *be, qlt_cudnn_attn_shape *sh, int batch, int seq, int n_heads,
                                       int n_kv, int hd, float scale) {
     const int most = be->max_row_examples;
-    if (be->attention_own || most < 1 || most > QLT_CUDNN_MAX_ROW_EXAMPLES) return NULL;
+    if (be->attention_own || most < 1 || most > QLT_FUSED_ATTENTION_MAX_ROW_EXAMPLES) return NULL;
     static int force_ragged = -1;
     if (force_ragged < 0) {
         const char *e = getenv("QLT_CUDNN_RAGGED");
@@ -612,16 +612,14 @@ static qlt_cudnn_attn *attn_cudnn_for(qlt_backend *be, qlt_cudnn_attn_shape *sh,
 }
 #endif
 
-extern "C" int qlt_cuda_attention_uses_cudnn(qlt_backend *be, int batch, int seq, int n_heads, int n_kv_heads,
-                                             int head_dim, float scale) {
+int qlt_cuda_attention_plan(qlt_backend *be, int batch, int seq, int n_heads, int n_kv_heads, int head_dim,
+                            float scale) {
 #ifdef QLT_HAVE_CUDNN
     qlt_cudnn_attn_shape sh;
-    if (be && strcmp(be->name, "cuda") == 0) {
-        qlt_cudnn_attn *a = attn_cudnn_for(be, &sh, batch, seq, n_heads, n_kv_heads, head_dim, scale);
-        if (a && qlt_cudnn_attn_usable(a, &sh)) return sh.slots ? 2 : 1;
-    }
+    qlt_cudnn_attn *a = attn_cudnn_for(be, &sh, batch, seq, n_heads, n_kv_heads, head_dim, scale);
+    if (a && qlt_cudnn_attn_usable(a, &sh)) return sh.slots ? QLT_ATTENTION_FUSED_RAGGED : QLT_ATTENTION_FUSED_DENSE;
 #endif
-    return 0;
+    return QLT_ATTENTION_OWN;
 }
 
 void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,

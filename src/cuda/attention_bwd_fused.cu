@@ -19,8 +19,8 @@
  * per group in fp32 (deterministically; as autograd sums the bf16 gradients of Hugging Face's repeat_kv);
  * without GQA they are written as bf16 directly. */
 #include "cuda/attention_bwd_fused.h"
-#include "cuda/attention_tiles.h"
 #include "cuda/attention_bwd_wgmma.h"
+#include "cuda/attention_tiles.h"
 
 #define FUSED_THREADS 256
 

@@ -3,8 +3,8 @@
  * sequence. Row r's examples take the slots r*K .. r*K+K-1 in order; a row with more than K examples (only
  * trailing ones no loss is taken from, by how K is chosen: qlt_dataset_max_row_examples) has the extra ones
  * merged into its last slot; unused slots get length 0. Stream-ordered, no allocation, graph-capturable. */
-#include "cuda/cuda_common.h"
 #include "cuda/attention_segments.h"
+#include "cuda/cuda_common.h"
 
 /* grid: batch rows, one warp each. tok_off [batch*K + 1]: first token of each slot (row-major tokens);
  * q_off / kv_off / stats_off [batch*K + 1] = tok_off * (n_heads*hd, n_kv*hd, n_heads) elements;

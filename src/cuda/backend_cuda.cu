@@ -7,8 +7,8 @@
 #include <string.h>
 
 extern "C" {
-#include "cuda/backend_cuda.h"
 #include "cuda/attention_cudnn.h"
+#include "cuda/backend_cuda.h"
 }
 
 /* Sizes of the allocations made through be->alloc, kept host-side (cudaMalloc pointers stay 256-byte
@@ -466,6 +466,7 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->add = qlt_cuda_add;
     be->dropout = qlt_cuda_dropout;
     be->attention_bwd_scratch_bytes = qlt_cuda_attention_bwd_scratch_bytes;
+    be->attention_plan = qlt_cuda_attention_plan;
     be->lm_head_loss = qlt_cuda_lm_head_loss;
     be->loss_scratch_bytes = qlt_cuda_loss_scratch_bytes;
     be->logits = qlt_cuda_logits;

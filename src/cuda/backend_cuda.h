@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,15 +23,8 @@ void *qlt_cuda_stream(qlt_backend *be);
  * one-pass kernel one token block a launch (its token-chunk loop, which otherwise runs only when the
  * partial sums outgrow the workspace). */
 void qlt_cuda_set_lora_dudb(qlt_backend *be, int mode);
-/* Rows of at most this many packed examples (be->max_row_examples) run through cuDNN's attention: each row
- * gets that many ragged sequences, most short or empty, so rows of many short examples stay on the own
- * kernels, which skip masked tiles as cheaply. */
-#define QLT_CUDNN_MAX_ROW_EXAMPLES 16
-/* How attention_fwd / attention_bwd run this shape now (be->max_row_examples and be->deterministic as they
- * are set; builds cuDNN's plans the first time): 0 the own kernels; 1 cuDNN dense (lse [batch, n_heads, seq]);
- * 2 cuDNN ragged, each packed example its own sequence (lse [batch*seq, n_heads], as the own kernels') */
-int qlt_cuda_attention_uses_cudnn(qlt_backend *be, int batch, int seq, int n_heads, int n_kv_heads, int head_dim,
-                                  float scale);
+/* The CUDA backend, or NULL with qlt_fail when no device is present. */
+qlt_backend *qlt_backend_cuda_create(int device_index);
 
 #ifdef __cplusplus
 }

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 
 extern "C" {
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "common/error.h"
 }
 
@@ -258,6 +258,8 @@ void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float
 
 /* cross_entropy.cu */
 size_t qlt_cuda_attention_bwd_scratch_bytes(qlt_backend *be, int64_t n, int n_heads, int n_kv_heads, int head_dim);
+int qlt_cuda_attention_plan(qlt_backend *be, int batch, int seq, int n_heads, int n_kv_heads, int head_dim,
+                            float scale);
 size_t qlt_cuda_loss_scratch_bytes(qlt_backend *be, int64_t n, int64_t v);
 void qlt_cuda_lm_head_loss(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch, const void *x,
                            const qlt_weight *w, const int32_t *targets, int64_t n);

@@ -14,7 +14,7 @@
 #include <string.h>
 
 extern "C" {
-#include "cpu/nf4.h"
+#include "nf4/nf4.h"
 }
 #include "cuda/nf4.h"
 

@@ -8,7 +8,7 @@
  *
  * Layers (ggml-cuda style): static __global__ *_kernel, a static launcher taking the stream that checks
  * the launch, and the extern "C" entry points of nf4.h. */
-#include "common/nf4_search.h"
+#include "nf4/nf4_search.h"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -18,7 +18,7 @@
 extern "C" {
 #include "common/dtype.h"
 #include "common/error.h"
-#include "cpu/nf4.h"
+#include "nf4/nf4.h"
 }
 #include "cuda/nf4.h"
 
@@ -58,7 +58,7 @@ static __device__ __forceinline__ float to_f32(float x) { return x; }
 static __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
 static __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-/* the searches shared with the CPU reference (common/nf4_search.h) */
+/* the searches shared with the CPU reference (nf4/nf4_search.h) */
 static __device__ __forceinline__ unsigned nf4_code(float x) { return qlt_nf4_tree_code(x); }
 static __device__ __forceinline__ unsigned dynamic_code(const float *code, float x) {
     return qlt_nf4_dynamic_search(code, x);

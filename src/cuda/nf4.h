@@ -1,7 +1,7 @@
 /* nf4.h (cuda): NF4 quantize and dequantize on the GPU, callable from C. The bytes are identical to the
- * CPU reference (src/cpu/nf4.h), which is bit-exact with bitsandbytes; tests/gpu/check_nf4.c proves it.
+ * CPU reference (src/nf4/nf4.h), which is bit-exact with bitsandbytes; tests/gpu/check_nf4.c proves it.
  *
- * A device qlt_nf4 is the struct of model/weight.h with every array in device memory (code[16] and
+ * A device qlt_nf4 is the struct of backend/weight.h with every array in device memory (code[16] and
  * nested_code[256] included); offset stays a host field, passed to the kernels by value. Streams are
  * `void *` (a cudaStream_t; NULL = the default stream) so C files can include this header.
  * Functions return 0, or -1 with qlt_fail naming the failing CUDA call. */
@@ -15,8 +15,8 @@
 extern "C" {
 #endif
 
+#include "backend/weight.h"
 #include "common/dtype.h"
-#include "model/weight.h"
 
 /* cudaMalloc's q's arrays for (numel, blocksize, double_quant) and uploads the NF4 codebook and the
  * dynamic map into q->code / q->nested_code. */

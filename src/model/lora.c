@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/fileutil.h"
 #include "common/rng.h"
-#include "io/config.h"
-#include "io/fileutil.h"
-#include "io/safetensors.h"
+#include "config/config.h"
+#include "formats/safetensors.h"
 
 static const unsigned proj_target_bit[QLT_PROJ_COUNT] = {QLT_TARGET_Q, QLT_TARGET_K, QLT_TARGET_V, QLT_TARGET_O,
                                                          QLT_TARGET_GATE, QLT_TARGET_UP, QLT_TARGET_DOWN};

@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "cpu/nf4.h"
-#include "io/bnb_checkpoint.h"
-#include "io/safetensors.h"
+#include "formats/bnb_checkpoint.h"
+#include "formats/safetensors.h"
+#include "nf4/nf4.h"
 
 static const char *proj_names[QLT_PROJ_COUNT] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 

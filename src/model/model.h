@@ -4,7 +4,7 @@
 #ifndef QLT_MODEL_H
 #define QLT_MODEL_H
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "model/model_config.h"
 
 /* Projection slots, in PEFT target order. */

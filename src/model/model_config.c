@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "io/bnb_checkpoint.h"
-#include "io/fileutil.h"
+#include "common/fileutil.h"
+#include "formats/bnb_checkpoint.h"
 
 static const struct {
     const char *name;

@@ -8,8 +8,8 @@
 
 #include "common/counter_hash.h"
 #include "common/error.h"
+#include "common/fileutil.h"
 #include "common/rng.h"
-#include "io/fileutil.h"
 #include "model/model.h"
 
 /* x[i] uniform with standard deviation `std` (|x| <= std * sqrt(3)), from a counter hash of (seed, i):

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "io/fileutil.h"
-#include "io/safetensors.h"
+#include "common/fileutil.h"
+#include "formats/safetensors.h"
 
 #define TRAINER_STATE_VERSION 1
 

@@ -11,13 +11,11 @@
 #include "common/clock.h"
 #include "common/counter_hash.h"
 #include "common/error.h"
+#include "common/fileutil.h"
 #include "common/rng.h"
-#ifdef QLT_HAVE_CUDA
-#include "cuda/backend_cuda.h"
-#endif
-#include "io/fileutil.h"
 #include "model/forward.h"
 #include "train/checkpoint.h"
+#include "train/device.h"
 
 /* An environment switch: set and not "0". */
 static int getenv_flag(const char *name) {
@@ -172,34 +170,33 @@ static int plan_graph(qlt_trainer *t, qlt_trainer_mode mode) {
     return 0;
 }
 
-/* Which attention the CUDA backend runs for this run's shape (building cuDNN's plans now, before any capture),
- * into t->attention_cudnn, said in one line; with train.attention: cudnn, "not cuDNN's" is an error naming why. */
+/* Which attention the backend runs for this run's shape (building cuDNN's plans now, before any capture), into
+ * t->attention_plan, said in one line; with train.attention: cudnn, anything but cuDNN's is an error naming why. */
 static int choose_attention(qlt_trainer *t) {
-    t->attention_cudnn = 0;
-#ifdef QLT_HAVE_CUDA
-    if (strcmp(t->be->name, "cuda") != 0) return 0;
     const qlt_model_config *mc = &t->model.cfg;
     const qlt_backend *be = t->be;
-    t->attention_cudnn = qlt_cuda_attention_uses_cudnn(t->be, t->micro_batch, t->seq, mc->n_heads, mc->n_kv_heads,
-                                                       mc->head_dim, qlt_model_attn_scale(mc));
-    if (!t->attention_cudnn && strcmp(t->cfg->train.attention, "cudnn") == 0) {
+    t->attention_plan = QLT_ATTENTION_OWN;
+    if (!be->attention_plan) return 0;
+    t->attention_plan = be->attention_plan(t->be, t->micro_batch, t->seq, mc->n_heads, mc->n_kv_heads, mc->head_dim,
+                                           qlt_model_attn_scale(mc));
+    if (t->attention_plan == QLT_ATTENTION_OWN && strcmp(t->cfg->train.attention, "cudnn") == 0) {
         if (!be->cudnn_version)
             return qlt_fail("train.attention: cudnn, but cuDNN 9 is not available (libcudnn.so.9 cannot be loaded, "
                             "this build has no cuDNN support, or QLT_ATTENTION=own): install cuDNN 9 (or point "
                             "QLT_CUDNN_LIBRARY at its libcudnn.so.9), or set train.attention: auto");
-        if (be->max_row_examples > QLT_CUDNN_MAX_ROW_EXAMPLES)
+        if (be->max_row_examples > QLT_FUSED_ATTENTION_MAX_ROW_EXAMPLES)
             return qlt_fail("train.attention: cudnn, but the data's rows hold up to %d packed examples (cuDNN's "
                             "attention takes up to %d): set train.attention: auto, or data.packing: false, or a "
-                            "shorter data.seq_len", be->max_row_examples, QLT_CUDNN_MAX_ROW_EXAMPLES);
+                            "shorter data.seq_len", be->max_row_examples, QLT_FUSED_ATTENTION_MAX_ROW_EXAMPLES);
         return qlt_fail("train.attention: cudnn, but cuDNN %d rejects this attention (%d heads / %d kv heads of %d, "
                         "seq %d): set train.attention: auto", be->cudnn_version, mc->n_heads, mc->n_kv_heads,
                         mc->head_dim, t->seq);
     }
-    if (t->attention_cudnn == 2)
+    if (t->attention_plan == QLT_ATTENTION_FUSED_RAGGED)
         fprintf(stderr, "qlora-train: attention: cuDNN fused, ragged (up to %d examples a row)\n", be->max_row_examples);
     else
-        fprintf(stderr, "qlora-train: attention: %s\n", t->attention_cudnn ? "cuDNN fused (one example a row)" : "own kernels");
-#endif
+        fprintf(stderr, "qlora-train: attention: %s\n",
+                t->attention_plan == QLT_ATTENTION_FUSED_DENSE ? "cuDNN fused (one example a row)" : "own kernels");
     return 0;
 }
 
@@ -212,7 +209,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     if (!cfg->model.path || !cfg->model.path[0])
         return qlt_fail("model.path is empty: set it to a Hugging Face model directory (or random:CONFIG.json), "
                         "e.g. --set model.path=/models/Qwen2.5-7B");
-    t->be = qlt_backend_create(cfg->train.device, cfg->train.threads);
+    t->be = qlt_device_backend_create(cfg->train.device, cfg->train.threads);
     if (!t->be) return -1;
     if (strcmp(t->be->name, "cuda") == 0) {
         if (strcmp(cfg->train.backward_a, "fp16") == 0) t->be->backward_a = QLT_BACKWARD_A_FP16;

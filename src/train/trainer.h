@@ -9,8 +9,8 @@
 #include <stdio.h>
 
 #include "autograd/graph.h"
-#include "io/config.h"
-#include "io/dataset.h"
+#include "config/config.h"
+#include "data/dataset.h"
 #include "model/lora.h"
 #include "model/model.h"
 #include "optim/schedule.h"
@@ -49,7 +49,7 @@ typedef struct qlt_trainer {
     qlt_graph graph;
     qlt_graph recompute;     /* gradient checkpointing: one layer's activations at a time */
     int checkpointing;       /* train.grad_checkpoint resolved: 1 = layer */
-    int attention_cudnn;     /* which attention runs (CUDA): 0 the own kernels, 1 cuDNN dense, 2 cuDNN ragged */
+    int attention_plan;      /* which attention runs: QLT_ATTENTION_* (backend.h) */
     qlt_batch_buffers *bbs;     /* [n_bbs]: one per micro-batch in graph mode, else one */
     int n_bbs;
     qlt_optim_scalars *scalars; /* backend memory */

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "common/dtype.h"
 #include "common/error.h"
 #include "cuda/backend_cuda.h"

@@ -10,11 +10,11 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "cpu/nf4.h"
 #include "cuda/nf4.h"
+#include "formats/bnb_checkpoint.h"
+#include "formats/safetensors.h"
 #include "gpu_check.h"
-#include "io/bnb_checkpoint.h"
-#include "io/safetensors.h"
+#include "nf4/nf4.h"
 
 #define CK(stmt)                                                                                        \
     do {                                                                                                \
@@ -106,7 +106,7 @@ void check_nf4_rcp(void) {
                        "mantissa (the exponent just shifts it); each entry is\n * (mantissa << 8) | "
                        "(uint8_t)(int8_t)delta_ulps, sorted by mantissa.\n *\n * Generated on the GPU by "
                        "`QLT_NF4_RCP_OUT=dir qlt_gpu_check nf4_rcp`; the input of scripts/nf4_rcp_pack.py, which "
-                       "packs it into\n * src/cpu/nf4_rcp_table.c. */\n#include <stdint.h>\n\n"
+                       "packs it into\n * src/nf4/nf4_rcp_table.c. */\n#include <stdint.h>\n\n"
                        "const uint32_t qlt_nf4_rcp_exceptions[] = {\n");
             int64_t c = 0;
             for (int64_t m = 0; m < n; m++)
@@ -114,7 +114,7 @@ void check_nf4_rcp(void) {
             fprintf(f, "%s};\nconst int qlt_nf4_rcp_n_exceptions = %lld;\n", exceptions ? "" : "0", (long long)exceptions);
             fclose(f);
             printf("nf4_rcp: wrote %s (%lld exceptions): pack it with python3 scripts/nf4_rcp_pack.py %s "
-                   "src/cpu/nf4_rcp_table.c\n", path, (long long)exceptions, path);
+                   "src/nf4/nf4_rcp_table.c\n", path, (long long)exceptions, path);
         }
     }
     free(h_in);

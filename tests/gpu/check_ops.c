@@ -11,13 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "common/dtype.h"
 #include "common/error.h"
+#include "cpu/backend_cpu.h"
 #include "cpu/cpu_ops.h"
-#include "cpu/nf4.h"
 #include "cuda/backend_cuda.h"
 #include "gpu_check.h"
+#include "nf4/nf4.h"
 
 /* ---- helpers ---- */
 
@@ -900,7 +901,7 @@ void check_attention(void) {
             for (int via = 0; via <= (most == 1 ? 2 : 1); via++) {
                 G->deterministic = det;
                 G->max_row_examples = via == 0 ? 0 : via == 1 ? most : 2;
-                const int kind = via ? qlt_cuda_attention_uses_cudnn(G, A->batch, A->seq, A->heads, A->kv, A->hd, scale) : 0;
+                const int kind = via ? G->attention_plan(G, A->batch, A->seq, A->heads, A->kv, A->hd, scale) : 0;
                 if (via && !kind) continue;
                 char shv[96];
                 snprintf(shv, sizeof shv, "%s%s%s", sh, kind == 1 ? " cudnn" : kind == 2 ? " cudnn ragged" : "",
@@ -1118,7 +1119,7 @@ void check_graph_capture(void) {
     for (int det = 1; det >= 0; det--) {
     G->deterministic = det;
     G->max_row_examples = via ? most : 0;
-    const int kind = qlt_cuda_attention_uses_cudnn(G, B, S, H, KV, HD, 1.0f / 8.0f);
+    const int kind = G->attention_plan(G, B, S, H, KV, HD, 1.0f / 8.0f);
     if (via && !kind) continue;
     for (int pass = 0; pass < 2; pass++) { /* pass 0 eager, pass 1 captured and replayed */
         G->upload(G, dsc, &sc0, sizeof sc0);
@@ -1203,7 +1204,7 @@ static void perf_attention(gpu_rng *rp, int B) {
         }
         const int most = max_row_segments(seg, B, S);
         G->max_row_examples = variant == 1 ? 1 : variant == 2 ? 2 : variant == 4 ? most : 0;
-        if (G->max_row_examples && qlt_cuda_attention_uses_cudnn(G, B, S, H, KV, HD, scale) == 0) continue;
+        if (G->max_row_examples && G->attention_plan(G, B, S, H, KV, HD, scale) == 0) continue;
         double tf = 0, tb = 0;
         for (int it = 0; it < 12; it++) {
             G->sync(G);
@@ -1233,7 +1234,7 @@ static void perf_attention(gpu_rng *rp, int B) {
     G->deterministic = 1;
     for (int cudnn = 0; cudnn <= 1; cudnn++) {
         G->max_row_examples = cudnn;
-        if (cudnn && qlt_cuda_attention_uses_cudnn(G, B, S, H, KV, HD, scale) == 0) continue;
+        if (cudnn && G->attention_plan(G, B, S, H, KV, HD, scale) == 0) continue;
         G->attention_fwd(G, o, lse, q, k, v, dseg, B, S, H, KV, HD, scale); /* lse in the layout the side keeps */
         double tb = 0;
         for (int it = 0; it < 12; it++) {

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "io/fileutil.h"
-#include "io/safetensors.h"
+#include "common/fileutil.h"
+#include "formats/safetensors.h"
 #include "test_util.h"
 
 /* Writes a safetensors file from a header text and `data_len` bytes of data (pattern filled). */

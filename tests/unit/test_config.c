@@ -10,8 +10,8 @@
 
 #include "common/edit_distance.h"
 #include "common/error.h"
-#include "io/config.h"
-#include "io/fileutil.h"
+#include "common/fileutil.h"
+#include "config/config.h"
 #include "test_util.h"
 
 static char *tmpdir; /* a fresh test_tmpdir() per test */

@@ -11,10 +11,10 @@
 #include <zlib.h>
 
 #include "common/error.h"
-#include "io/fileutil.h"
-#include "io/dataset.h"
-#include "io/tokenizer.h"
+#include "common/fileutil.h"
+#include "data/dataset.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 #define TOK QLT_TEST_DATA "/fixtures/tok-qwen2style/tokenizer.json"
 #define TOK_LLAMA3 QLT_SHARED_DIR "/assets/tokenizers/llama3/tokenizer.json"

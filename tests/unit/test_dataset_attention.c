@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "io/dataset.h"
-#include "io/fileutil.h"
+#include "common/fileutil.h"
+#include "data/dataset.h"
 #include "test_util.h"
 
 enum { DIM = 8 };

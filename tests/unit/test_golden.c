@@ -10,9 +10,10 @@
 #include <string.h>
 
 #include "autograd/graph.h"
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "common/error.h"
-#include "io/fileutil.h"
+#include "common/fileutil.h"
+#include "cpu/backend_cpu.h"
 #include "model/forward.h"
 #include "model/lora.h"
 #include "test_util.h"

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 
 #include "autograd/graph.h"
-#include "common/backend.h"
+#include "backend/backend.h"
+#include "cpu/backend_cpu.h"
 
 /* y [n, d] = a + a W^T with dy fixed; returns a's value index */
 static int build_residual_of_linear(qlt_graph *g, const qlt_weight *w, float *a_data, int64_t n, int64_t d) {

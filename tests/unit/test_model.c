@@ -6,11 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "common/error.h"
-#include "io/bnb_checkpoint.h"
-#include "io/fileutil.h"
-#include "io/safetensors.h"
+#include "common/fileutil.h"
+#include "cpu/backend_cpu.h"
+#include "formats/bnb_checkpoint.h"
+#include "formats/safetensors.h"
 #include "model/model.h"
 #include "model/model_config.h"
 #include "test_util.h"

@@ -8,9 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "common/error.h"
-#include "cpu/nf4.h"
+#include "cpu/backend_cpu.h"
+#include "nf4/nf4.h"
 
 static uint32_t bits_of(float f) {
     uint32_t u;

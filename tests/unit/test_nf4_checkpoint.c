@@ -9,10 +9,10 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "cpu/nf4.h"
-#include "io/bnb_checkpoint.h"
-#include "io/fileutil.h"
-#include "io/safetensors.h"
+#include "common/fileutil.h"
+#include "formats/bnb_checkpoint.h"
+#include "formats/safetensors.h"
+#include "nf4/nf4.h"
 #include "test_util.h"
 
 Test(nf4_checkpoint, python_float_repr) {

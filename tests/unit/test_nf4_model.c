@@ -10,7 +10,8 @@
 
 #include "autograd/graph.h"
 #include "common/error.h"
-#include "io/fileutil.h"
+#include "common/fileutil.h"
+#include "cpu/backend_cpu.h"
 #include "model/forward.h"
 #include "test_util.h"
 #include "train/batch.h"

@@ -11,9 +11,9 @@
 #include <utf8proc.h>
 
 #include "common/error.h"
-#include "io/fileutil.h"
-#include "io/tokenizer.h"
+#include "common/fileutil.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 #define TOK_QWEN2STYLE QLT_TEST_DATA "/fixtures/tok-qwen2style"
 #define TOK_LLAMA3STYLE QLT_TEST_DATA "/fixtures/tok-llama3style"

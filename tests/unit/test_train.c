@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "io/config.h"
-#include "io/fileutil.h"
+#include "common/fileutil.h"
+#include "config/config.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"

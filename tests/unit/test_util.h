@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "model/lora.h"
 
 /* QLT_TEST_DATA "/fixtures/<name>" (static buffer per call site is not needed: heap, caller frees) */

@@ -1,0 +1,31 @@
+/* chat_template.h: the built-in chat templates that render {"messages": [{"role", "content"}, ...]}
+ * into tokens with a loss mask (documented in docs/DATA.md):
+ *   chatml (Qwen):   per message  <|im_start|>ROLE\nCONTENT<|im_end|>\n
+ *   llama3:          <|begin_of_text|>, then per message <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>
+ *                    (CONTENT trimmed of white space at both ends, as Llama-3's template does with `| trim`)
+ * Loss is on assistant messages only: their CONTENT and the end-of-turn token (<|im_end|> / <|eot_id|>);
+ * headers, the trailing "\n" of chatml and every other role are masked. Template tokens are emitted by
+ * id; ROLE, CONTENT and the newlines are encoded separately (so a mask boundary is always a token
+ * boundary). */
+#ifndef QLT_CHAT_TEMPLATE_H
+#define QLT_CHAT_TEMPLATE_H
+
+#include "tokenizer/tokenizer.h"
+
+typedef enum qlt_chat_template { QLT_CHAT_CHATML = 1, QLT_CHAT_LLAMA3 = 2 } qlt_chat_template;
+
+typedef struct qlt_chat_message {
+    const char *role;
+    const char *content;
+} qlt_chat_message;
+
+/* Resolves "chatml" | "llama3" | "auto" (auto: chatml when the tokenizer has <|im_start|>, llama3 when it
+ * has <|start_header_id|>) and checks that the tokenizer has the template's special tokens. */
+int qlt_chat_template_resolve(const char *name, const qlt_tokenizer *tok, qlt_chat_template *out);
+const char *qlt_chat_template_name(qlt_chat_template t);
+/* Appends the rendered conversation's ids and labels (-100 where masked; everything trained when
+ * train_all). */
+int qlt_chat_encode(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *enc, const qlt_chat_message *msgs,
+                    int n_msgs, int train_all, qlt_ids *ids, qlt_ids *labels);
+
+#endif

@@ -1,0 +1,54 @@
+/* tokenizer.h: a Hugging Face tokenizer.json with a byte-level BPE model (Qwen2/2.5/3, Llama-3, GPT-2
+ * style), encoding exactly like tokenizers' `encode(text, add_special_tokens=False)`:
+ *   1. added tokens (special or not) are cut out of the raw text first, longest match first;
+ *   2. the rest is normalized (NFC etc., when the file names a normalizer);
+ *   3. split into words by the Split regex (or GPT-2's, for a bare ByteLevel pre-tokenizer);
+ *   4. each word is merged by BPE over its bytes (byte-level alphabet), merges by rank.
+ * Decoding concatenates the tokens' bytes (added tokens as their text) and repairs invalid UTF-8 with
+ * U+FFFD. Other models (Unigram/SentencePiece, WordPiece, WordLevel, BPE without ByteLevel) are refused
+ * with an error naming what is supported.
+ *
+ * A qlt_tokenizer is read-only after load: share one across threads, each thread with its own
+ * qlt_encoder (regex match state, merge scratch and a cache of recent words). */
+#ifndef QLT_TOKENIZER_H
+#define QLT_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer/token_ids.h"
+
+typedef struct qlt_tokenizer qlt_tokenizer;
+typedef struct qlt_encoder qlt_encoder;
+
+/* Loads path (a tokenizer.json; tokenizer_config.json beside it, when present, names eos/pad). Errors
+ * name the file and the key or byte offset. */
+int qlt_tokenizer_load(qlt_tokenizer **out, const char *path);
+void qlt_tokenizer_free(qlt_tokenizer *tok);
+
+/* Number of ids (max id + 1, added tokens included). */
+int32_t qlt_tokenizer_n_ids(const qlt_tokenizer *tok);
+/* The id of an added token by its text (e.g. "<|im_end|>"), else of the vocabulary token whose bytes
+ * equal `text`; -1 when neither exists. */
+int32_t qlt_tokenizer_token_id(const qlt_tokenizer *tok, const char *text);
+/* End of a document: <|endoftext|>, <|end_of_text|>, </s> or <eos> when the tokenizer has one, else
+ * tokenizer_config.json's eos_token; -1 when none. */
+int32_t qlt_tokenizer_eos_id(const qlt_tokenizer *tok);
+/* Padding: tokenizer_config.json's pad_token, else the eos id (0 when neither). */
+int32_t qlt_tokenizer_pad_id(const qlt_tokenizer *tok);
+/* 64-bit hash of the tokenizer.json bytes (dataset cache key). */
+uint64_t qlt_tokenizer_hash(const qlt_tokenizer *tok);
+
+/* Per-thread encoding state. */
+qlt_encoder *qlt_encoder_new(const qlt_tokenizer *tok);
+void qlt_encoder_free(qlt_encoder *enc);
+/* Appends the ids of len bytes of text to out. Fails (nothing appended) when text is not valid UTF-8. */
+int qlt_encoder_encode(qlt_encoder *enc, const char *text, size_t len, qlt_ids *out);
+/* Convenience: one-shot encode with a temporary encoder. */
+int qlt_tokenizer_encode(const qlt_tokenizer *tok, const char *text, size_t len, qlt_ids *out);
+
+/* Decodes n ids into a new NUL-terminated UTF-8 string (*len bytes, free() it). Fails on an id that is
+ * not in the tokenizer. */
+int qlt_tokenizer_decode(const qlt_tokenizer *tok, const int32_t *ids, int64_t n, char **text, size_t *len);
+
+#endif

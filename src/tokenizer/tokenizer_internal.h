@@ -1,0 +1,34 @@
+/* tokenizer_internal.h: the qlt_tokenizer struct, shared by tokenizer.c (loading) and
+ * tokenizer_encode.c (encoding, decoding). Not for other modules: they use tokenizer.h. */
+#ifndef QLT_TOKENIZER_INTERNAL_H
+#define QLT_TOKENIZER_INTERNAL_H
+
+#include <stdint.h>
+
+#include "tokenizer/bpe.h"
+#include "tokenizer/normalize.h"
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct qlt_added_token {
+    char *content;
+    int32_t len;
+    int32_t id;
+    int special;
+    int normalized; /* matched after normalization instead of in the raw text */
+} qlt_added_token;
+
+struct qlt_tokenizer {
+    qlt_bpe bpe;
+    qlt_normalizer norm;
+    qlt_pretok pretok;     /* .code NULL = no regex split (the whole segment is one word) */
+    int add_prefix_space;  /* ByteLevel add_prefix_space */
+    qlt_added_token *added; /* sorted by first byte, then longest first */
+    int32_t n_added;
+    int32_t added_first[257]; /* added[added_first[b] .. added_first[b+1]) start with byte b */
+    int has_normalized_added;
+    int32_t eos_id, pad_id;
+    uint64_t hash;
+};
+
+#endif

@@ -1,0 +1,36 @@
+/* device.c: picks the backend for train.device (see device.h). */
+#include "train/device.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "cpu/backend_cpu.h"
+#ifdef QLT_HAVE_CUDA
+#include "cuda/backend_cuda.h"
+#endif
+
+qlt_backend *qlt_device_backend_create(const char *device, int threads) {
+    if (strcmp(device, "cpu") == 0) return qlt_backend_cpu_create(threads);
+    if (strcmp(device, "cuda") == 0) {
+#ifdef QLT_HAVE_CUDA
+        return qlt_backend_cuda_create(0);
+#else
+        qlt_fail("this build has no CUDA backend (nvcc was not found when it was built): use --set train.device=cpu, "
+                 "or rebuild with the CUDA toolkit installed");
+        return NULL;
+#endif
+    }
+    if (strcmp(device, "auto") == 0) {
+#ifdef QLT_HAVE_CUDA
+        qlt_backend *be = qlt_backend_cuda_create(0);
+        if (be) return be;
+        fprintf(stderr, "qlora-train: no usable GPU, running on the CPU (%s)\n", qlt_error());
+#else
+        fprintf(stderr, "qlora-train: built without CUDA: running on the CPU\n");
+#endif
+        return qlt_backend_cpu_create(threads);
+    }
+    qlt_fail("train.device: '%s' is not one of auto, cpu, cuda", device);
+    return NULL;
+}

@@ -1,0 +1,12 @@
+/* device.h: which backend a run gets from train.device (auto | cpu | cuda). It sits above the backends (it
+ * knows both) so that the backend table itself knows none of them. */
+#ifndef QLT_DEVICE_H
+#define QLT_DEVICE_H
+
+#include "backend/backend.h"
+
+/* "auto" | "cpu" | "cuda" -> a backend, or NULL with qlt_fail; "auto" prefers CUDA and says on stderr, in
+ * one line, when no GPU was found and the CPU is used. threads: the CPU backend's (0: all cores). */
+qlt_backend *qlt_device_backend_create(const char *device, int threads);
+
+#endif
