@@ -3,8 +3,8 @@
 # against the CPU reference, CUDA-graph replay, then the timing rows. Each check group runs in its own
 # process, so a crash (a CUDA_CHECK abort, an illegal address) loses only that group; the combined
 # results table is printed last. Exit status 0 when every row passed and nothing crashed.
-# FILTER (optional) keeps only the groups whose name contains it. Environment knobs for bisecting:
-# QLT_ATTN_STAGES=1 (unpipelined attention kernels), CUDA_LAUNCH_BLOCKING=1 (errors at the failing launch).
+# FILTER (optional) keeps only the groups whose name contains it. For bisecting: CUDA_LAUNCH_BLOCKING=1
+# (errors at the failing launch) and the debugging variables of src/common/env.h (docs/CONFIG.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build}
@@ -16,18 +16,13 @@ if [ ! -x "$bin" ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
 export LD_LIBRARY_PATH="$build_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-groups="embed rmsnorm rope elementwise swiglu fused_norms linear weight_stack lora adapter_fold attention attention_mma lm_head_loss optimizer graph_capture dequant_cache perf"
+groups="embed rmsnorm rope elementwise swiglu fused_norms linear weight_stack lora adapter_fold attention lm_head_loss optimizer graph_capture dequant_cache perf"
 table=$(mktemp)
 status=0
 for g in $groups; do
   case "$g" in *"$filter"*) ;; *) continue ;; esac
   echo "==== $g"
-  if [ "$g" = attention_mma ]; then
-    # the attention checks again with the mma.sync kernels that GPUs other than compute capability 9.0 run
-    # (on 9.0, head_dim 128 takes the wgmma kernels): rows marked "(mma.sync)"
-    out=$(QLT_ATTN_WGMMA=0 "$bin" attention 2>&1 | sed 's/^| \(attention[^|]*\)|/| \1(mma.sync) |/')
-    rc=$?
-  elif [ "$g" = dequant_cache ]; then
+  if [ "$g" = dequant_cache ]; then
     # the checks of the frozen-weight ops again with every weight kept dequantized (train.dequant_cache_gib:
     # weight_cache.cu's entries, their own row strides): rows marked "(dequant cache)"
     out=$(rc=0; for sub in linear weight_stack lora adapter_fold lm_head_loss graph_capture; do

@@ -116,7 +116,7 @@ struct qlt_backend {
                            * values are the same either way. The caller sets it before the first step; the CUDA
                            * backend fills it only outside graph capture, so a captured step follows an eager one */
     int cudnn_version;    /* CUDA: the cuDNN (91900 = 9.19.0) whose fused attention runs where max_row_examples
-                           * allows; 0: none (not built in, not loadable, QLT_ATTENTION=own) */
+                           * allows; 0: none (not built in or not loadable) */
     void *impl;           /* backend-private state */
 
     /* ---- memory (may allocate / synchronize; never called inside a step) ---- */

@@ -213,7 +213,7 @@ static int run_bench(const bench_opts *o, const char *tmp) {
             if (peak_tflops > 0) printf("   MFU %.1f%% of %.0f TFLOP/s", 100 * mfu, peak_tflops);
             printf("\n");
             /* power from the energy counter where there is one: NVML's power readings are averaged over about a
-             * second and lag a run this short (measured: 541 W read against 705 W from the energy counter) */
+             * second and lag a run this short */
             if (clocks.samples)
                 printf("GPU during the measured steps: SM clock median %.0f MHz (lowest %.0f, maximum %.0f), power-capped "
                        "in %.0f%% of %d samples, power %.0f W of %.0f W (%s)\n",

@@ -10,18 +10,13 @@
 
 #include "common/clock.h"
 #include "common/counter_hash.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "common/rng.h"
 #include "model/forward.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
-
-/* An environment switch: set and not "0". */
-static int getenv_flag(const char *name) {
-    const char *v = getenv(name);
-    return v && v[0] && strcmp(v, "0") != 0;
-}
 
 static uint64_t mix64(uint64_t a, uint64_t b) {
     return qlt_splitmix_finalize(a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2)));
@@ -182,7 +177,7 @@ static int choose_attention(qlt_trainer *t) {
     if (t->attention_plan == QLT_ATTENTION_OWN && strcmp(t->cfg->train.attention, "cudnn") == 0) {
         if (!be->cudnn_version)
             return qlt_fail("train.attention: cudnn, but cuDNN 9 is not available (libcudnn.so.9 cannot be loaded, "
-                            "this build has no cuDNN support, or QLT_ATTENTION=own): install cuDNN 9 (or point "
+                            "or this build has no cuDNN support): install cuDNN 9 (or point "
                             "QLT_CUDNN_LIBRARY at its libcudnn.so.9), or set train.attention: auto");
         if (be->max_row_examples > QLT_FUSED_ATTENTION_MAX_ROW_EXAMPLES)
             return qlt_fail("train.attention: cudnn, but the data's rows hold up to %d packed examples (cuDNN's "
@@ -242,7 +237,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         t->be->max_row_examples = train_most > eval_most ? train_most : eval_most;
     }
     /* graphs: every micro-batch of a step has its own buffers (the captured step reads fixed addresses) */
-    t->graph_mode = mode == QLT_TRAINER_TRAIN && (cfg->train.cuda_graph || getenv_flag("CUDA_GRAPH"));
+    t->graph_mode = mode == QLT_TRAINER_TRAIN && (cfg->train.cuda_graph || qlt_env_flag(QLT_ENV_CUDA_GRAPH));
     if (t->graph_mode && !t->be->capture_begin) {
         fprintf(stderr, "qlora-train: the %s backend has no graphs: train.cuda_graph ignored\n", t->be->name);
         t->graph_mode = 0;

@@ -854,7 +854,7 @@ static const attn_case attn_cases[] = {
     {1, 1, 4, 2, 16, 0},   {2, 17, 4, 2, 32, 5},   {1, 128, 14, 2, 64, 0}, {2, 128, 4, 2, 16, 40},
     {1, 300, 8, 8, 128, 0}, {2, 512, 4, 2, 128, 150}, {1, 512, 14, 2, 64, 100}, {3, 77, 8, 8, 32, 30},
     {1, 45, 4, 1, 128, 0},  {2, 700, 6, 2, 64, 200},  {1, 1000, 2, 2, 128, 0},
-    /* head_dim 128 edges for the wgmma kernels: two tokens (with one, dQ and dK are 0 up to rounding and the
+    /* head_dim 128 edges: two tokens (with one, dQ and dK are 0 up to rounding and the
      * relative error is meaningless); a row just past a tile, GQA 2, packed */
     {1, 2, 4, 2, 128, 0},   {3, 65, 6, 3, 128, 20},
 };

@@ -1,6 +1,6 @@
-/* attention_fwd_wgmma.h: the Hopper (wgmma) attention forward for head_dim 128 (attention_fwd_wgmma.cu),
- * which qlt_cuda_attention_fwd uses when the device is compute capability 9.0. Layouts and outputs as
- * attention.cu's forward: q/out [B*S, n_heads*128], k/v [B*S, n_kv*128], lse [B*S, n_heads]. */
+/* attention_fwd_wgmma.h: the Hopper (wgmma) attention forward for head_dim 128 (attention_fwd_wgmma.cu), a
+ * measured variant of the product's mma.sync forward kept as a tool (attention_wgmma_probe.cu; docs/PERF.md
+ * says why it left the product). Layouts and outputs as src/cuda/attention.cu's forward: q/out [B*S, n_heads*128], k/v [B*S, n_kv*128], lse [B*S, n_heads]. */
 #ifndef QLT_CUDA_ATTENTION_FWD_WGMMA_H
 #define QLT_CUDA_ATTENTION_FWD_WGMMA_H
 
