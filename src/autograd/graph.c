@@ -9,6 +9,7 @@
 
 #include "autograd/graph_internal.h"
 #include "common/error.h"
+
 #define ARENA_ALIGN 256
 #define PLAN_BASE ((char *)(uintptr_t)0x1000)
 
