@@ -17,7 +17,7 @@ LAYERS = [
     ["backend", "formats", "data"],               # the op table + weight type, weight files, datasets
     ["cpu", "cuda", "autograd"],                  # the two backends, the tape
     ["model"],                                    # architectures, weights on a backend, LoRA, forward
-    ["train"],                                    # the training loop, checkpoints, device choice
+    ["train", "infer"],                           # the training loop, checkpoints, device choice; generation
     ["cli"],                                      # the commands
     ["main.c"],
 ]

@@ -110,3 +110,24 @@ int qlt_chat_encode(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *
     }
     return 0;
 }
+
+int qlt_chat_encode_prompt(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *enc,
+                           const qlt_chat_message *msgs, int n_msgs, qlt_ids *ids) {
+    qlt_ids labels = {0};
+    int rc = qlt_chat_encode(t, tok, enc, msgs, n_msgs, 1, ids, &labels);
+    if (rc == 0 && t == QLT_CHAT_TEMPLATE_CHATML) {
+        qlt_labeled_push(ids, &labels, qlt_tokenizer_token_id(tok, "<|im_start|>"), 1);
+        rc = qlt_labeled_text(enc, "assistant\n", 1, ids, &labels);
+    } else if (rc == 0) {
+        qlt_labeled_push(ids, &labels, qlt_tokenizer_token_id(tok, "<|start_header_id|>"), 1);
+        rc = qlt_labeled_text(enc, "assistant", 1, ids, &labels);
+        qlt_labeled_push(ids, &labels, qlt_tokenizer_token_id(tok, "<|end_header_id|>"), 1);
+        if (rc == 0) rc = qlt_labeled_text(enc, "\n\n", 1, ids, &labels);
+    }
+    qlt_ids_free(&labels);
+    return rc;
+}
+
+int32_t qlt_chat_end_of_turn(qlt_chat_template t, const qlt_tokenizer *tok) {
+    return qlt_tokenizer_token_id(tok, t == QLT_CHAT_TEMPLATE_CHATML ? "<|im_end|>" : "<|eot_id|>");
+}

@@ -29,4 +29,11 @@ const char *qlt_chat_template_name(qlt_chat_template t);
 int qlt_chat_encode(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *enc, const qlt_chat_message *msgs,
                     int n_msgs, int train_all, qlt_ids *ids, qlt_ids *labels);
 
+/* The prompt of a generation: the conversation as above, then the header of the assistant's turn that the model
+ * is to write (Hugging Face's add_generation_prompt: "<|im_start|>assistant\n", or Llama-3's assistant header). */
+int qlt_chat_encode_prompt(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *enc,
+                           const qlt_chat_message *msgs, int n_msgs, qlt_ids *ids);
+/* The token that ends a turn in template t (<|im_end|>, <|eot_id|>). */
+int32_t qlt_chat_end_of_turn(qlt_chat_template t, const qlt_tokenizer *tok);
+
 #endif
