@@ -466,6 +466,7 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->dropout = qlt_cuda_dropout;
     be->attention_bwd_scratch_bytes = qlt_cuda_attention_bwd_scratch_bytes;
     be->attention_plan = qlt_cuda_attention_plan;
+    be->attention_decode = qlt_cuda_attention_decode;
     be->lm_head_loss = qlt_cuda_lm_head_loss;
     be->loss_scratch_bytes = qlt_cuda_loss_scratch_bytes;
     be->logits = qlt_cuda_logits;

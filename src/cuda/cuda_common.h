@@ -204,7 +204,15 @@ void qlt_cuda_cache_drop(qlt_backend *be, const qlt_weight *w); /* the entries h
 int64_t qlt_cuda_cache_bytes(qlt_backend *be);
 void qlt_cuda_cache_release(qlt_backend *be);
 
-/* linear.cu: the frozen-weight products */
+/* nf4_gemv.cu: y [n, rows] (row stride ldy) = x [n, cols] . W^T (+ bias [rows]) for an NF4 weight and at most
+ * QLT_NF4_GEMV_MAX_TOKENS tokens, reading the codes once (generation); applies when cols % 32 == 0, the blocks
+ * hold >= 32 values and x is 16-byte aligned */
+#define QLT_NF4_GEMV_MAX_TOKENS 4
+bool qlt_cuda_nf4_gemv_applies(const qlt_weight *w, int64_t n, const void *x);
+void qlt_cuda_nf4_gemv(qlt_backend *be, bf16 *y, int64_t ldy, const bf16 *x, const qlt_weight *w, const float *bias,
+                       int64_t n);
+
+/* linear.cu: the frozen-weight products (a few tokens on NF4 weights: nf4_gemv.cu) */
 void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k, const float *bias,
                          int64_t n);
 /* linear_fwd onto what y holds: y = beta y + x [W_0; ...]^T (+ bias), beta 0 or 1 (the bias and beta y added to
@@ -273,6 +281,9 @@ void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float
 size_t qlt_cuda_attention_bwd_scratch_bytes(qlt_backend *be, int64_t n, int n_heads, int n_kv_heads, int head_dim);
 int qlt_cuda_attention_plan(qlt_backend *be, int batch, int seq, int n_heads, int n_kv_heads, int head_dim,
                             float scale);
+/* attention_decode.cu: attention over a KV cache (generation) */
+void qlt_cuda_attention_decode(qlt_backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
+                               int64_t past, int64_t n, int n_heads, int n_kv_heads, int head_dim, float scale);
 
 /* cross_entropy.cu */
 size_t qlt_cuda_loss_scratch_bytes(qlt_backend *be, int64_t n, int64_t v);

@@ -9,6 +9,20 @@ void qlt_cuda_linear_fwd_onto(qlt_backend *be, void *y, const void *x, const qlt
                               const float *bias, int64_t n, float beta) {
     if (n <= 0) return;
     QLT_ASSERT(bias == NULL || k == 1);
+    /* a few tokens (generation) on NF4 weights: each weight's codes read once by the GEMV, no bf16 copy */
+    if (beta == 0.0f && be->dequant_cache_bytes == 0 && n <= QLT_NF4_GEMV_MAX_TOKENS) {
+        bool gemv = true;
+        for (int i = 0; i < k; i++) gemv = gemv && qlt_cuda_nf4_gemv_applies(w[i], n, x);
+        if (gemv) {
+            const int64_t ldy = qlt_stack_rows(w, k);
+            int64_t at = 0;
+            for (int i = 0; i < k; i++) {
+                qlt_cuda_nf4_gemv(be, (bf16 *)y + at, ldy, (const bf16 *)x, w[i], bias, n);
+                at += w[i]->rows;
+            }
+            return;
+        }
+    }
     int64_t rows, cols = w[0]->cols, ld = cols;
     const bf16 *wb = qlt_cuda_stack_bf16(be, w, k, &ld, &rows);
     if (bias && ld == cols && qlt_cuda_gemm_bias(be, (bf16 *)y, (const bf16 *)x, wb, bias, n, rows, cols, beta)) return;
