@@ -159,11 +159,10 @@ bool qlt_wgmma_attention_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) {
         int dev = 0, major = 0, minor = 0;
-        const char *e = getenv("QLT_ATTN_WGMMA");
         enabled = cudaGetDevice(&dev) == cudaSuccess &&
                   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
                   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-                  major == 9 && minor == 0 && !(e && e[0] == '0');
+                  major == 9 && minor == 0;
     }
     return enabled;
 }

@@ -6,7 +6,7 @@
 
 #include "cuda/cuda_common.h"
 
-/* true when the wgmma forward can run: head_dim 128, a compute capability 9.0 device, QLT_ATTN_WGMMA not 0 */
+/* true when the wgmma forward can run: head_dim 128 on a compute capability 9.0 device */
 bool qlt_attn_fwd_wgmma_usable(int head_dim);
 void qlt_attn_fwd_wgmma(cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                         const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv, float scale);

@@ -158,8 +158,8 @@ static const qlt_cfg_entry schema[] = {
              "capture the whole step as one CUDA graph and replay it (CUDA_GRAPH=1 also turns it on)"),
     BOOL_KEY("train.deterministic", train.deterministic, "false", "full_determinism",
              "bitwise-reproducible GPU steps (a resumed run continues exactly); the attention backward "
-             "then runs without atomics (cuDNN's where it runs costs no speed; the own kernels' 1-2% of an H100 "
-             "step, ~5% on other GPUs)"),
+             "then runs without atomics (no measurable cost with cuDNN's attention; about 5% of a step with the "
+             "own kernels)"),
     FLOAT_KEY("train.dequant_cache_gib", train.dequant_cache_gib, "0", "[0, inf)", "dequant_cache|weight_cache_gib",
               "GiB of memory that keep frozen NF4 weights dequantized from their first use on (bf16 on a GPU, float32 "
               "on the CPU) instead of dequantizing them before every use; same values, same losses; 0 = off (the "
