@@ -13,8 +13,8 @@ Writes:
   tiny-llama.f32.gguf           tests/data/fixtures/tiny-llama converted as llama.cpp's converter does it
                                 (GGUF names, attn_q / attn_k rows permuted for its RoPE), F32
   tiny-llama.q4_1.gguf          the same, linear weights Q4_1, token_embd Q8_0, output Q5_1
-  tiny-llama.q4_1.expected.safetensors   gguf-py's dequantization of layer 0's q/k/gate weights, the
-                                permutation undone (Hugging Face names and layout)
+  tiny-llama.q4_1.expected.safetensors   gguf-py's dequantization of every q/k weight (the permutation
+                                undone) and of the embedding, with Hugging Face names and layout
   tiny-qwen2.bf16.gguf, tiny-qwen3.bf16.gguf   the BF16 fixtures (model.bf16.safetensors), 1-D tensors F32
                                 (as llama.cpp writes norms and biases); qwen2's with general.alignment 64
   tok-qwen2style.gguf, tok-llama3style.gguf    tokenizer metadata only (tokens, token types, merges,
@@ -279,8 +279,8 @@ def main():
     linear = {k: T.Q4_1 for k in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")}
     write_model(out, "tiny-llama", "llama", "model.safetensors", "q4_1",
                 qtypes=dict(linear, token_embd=T.Q8_0, output=T.Q5_1),
-                expected_names=("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
-                                "model.layers.0.mlp.gate_proj.weight"))
+                expected_names=["model.embed_tokens.weight"] +
+                ["model.layers.%d.self_attn.%s_proj.weight" % (l, p) for l in range(3) for p in "qk"])
     write_model(out, "tiny-qwen2", "qwen2", "model.bf16.safetensors", "bf16", alignment=64)
     write_model(out, "tiny-qwen3", "qwen3", "model.bf16.safetensors", "bf16")
     write_tokenizer(out, "tok-qwen2style", "qwen2", "qwen2", CHATML)
