@@ -1,6 +1,7 @@
 /* tokenizer.c: loading a Hugging Face tokenizer.json (see tokenizer.h): model (BPE vocabulary and
  * merges, in either layout: "a b" strings or ["a", "b"] pairs), added tokens, normalizer, pre-tokenizer,
- * and eos/pad from tokenizer_config.json. Everything unsupported is refused here, at load, with an error
+ * and eos/pad and the chat template's name from tokenizer_config.json (a file beside it, or text given
+ * with the tokenizer.json text). Everything unsupported is refused here, at load, with an error
  * that names the file and the key. */
 #include "tokenizer/tokenizer.h"
 
@@ -239,41 +240,60 @@ static const char *config_token(const cJSON *cfg, const char *key) {
     return get_string(v, "content");
 }
 
-static int load_special_ids(qlt_tokenizer *tok, const char *path) {
+/* The built-in template a chat template's text is recognisably written for: "chatml" (<|im_start|>) or
+ * "llama3" (<|start_header_id|>); NULL for anything else. A tokenizer_config.json may hold the template as
+ * a string or as a list of {"name", "template"} (the one named "default" counts). */
+static const char *recognise_chat_template(const cJSON *v) {
+    const char *text = cJSON_IsString(v) ? v->valuestring : NULL;
+    for (const cJSON *e = cJSON_IsArray(v) ? v->child : NULL; e && !text; e = e->next) {
+        const char *name = get_string(e, "name");
+        if (name && strcmp(name, "default") == 0) text = get_string(e, "template");
+    }
+    if (!text) return NULL;
+    int chatml = strstr(text, "<|im_start|>") != NULL, llama3 = strstr(text, "<|start_header_id|>") != NULL;
+    return chatml && !llama3 ? "chatml" : llama3 && !chatml ? "llama3" : NULL;
+}
+
+/* eos / pad ids and the chat template's name: the well-known end-of-text names first, then the
+ * tokenizer_config.json object cfg (NULL when there is none). */
+static void load_special_ids(qlt_tokenizer *tok, const cJSON *cfg) {
     static const char *const eos_names[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
     tok->eos_id = tok->pad_id = -1;
     for (size_t i = 0; i < sizeof eos_names / sizeof *eos_names && tok->eos_id < 0; i++)
         tok->eos_id = qlt_tokenizer_token_id(tok, eos_names[i]);
+    if (cfg) {
+        const char *eos = config_token(cfg, "eos_token"), *pad = config_token(cfg, "pad_token");
+        if (tok->eos_id < 0 && eos) tok->eos_id = qlt_tokenizer_token_id(tok, eos);
+        if (pad) tok->pad_id = qlt_tokenizer_token_id(tok, pad);
+        tok->chat_template = recognise_chat_template(get(cfg, "chat_template"));
+    }
+    if (tok->pad_id < 0) tok->pad_id = tok->eos_id >= 0 ? tok->eos_id : 0;
+}
+
+/* tokenizer_config.json beside path, parsed (*cfg NULL when there is none). */
+static int read_config_beside(const char *path, cJSON **cfg) {
+    *cfg = NULL;
     size_t n = strlen(path);
     char *cfg_path = qlt_xmalloc(n + 32);
     memcpy(cfg_path, path, n + 1);
     char *slash = strrchr(cfg_path, '/');
     strcpy(slash ? slash + 1 : cfg_path, "tokenizer_config.json");
+    int rc = 0;
     if (qlt_file_exists(cfg_path)) {
         char *data;
         size_t len;
-        if (qlt_read_file(cfg_path, &data, &len) != 0) {
-            free(cfg_path);
-            return -1;
+        rc = qlt_read_file(cfg_path, &data, &len);
+        if (rc == 0) {
+            *cfg = cJSON_ParseWithLength(data, len);
+            free(data);
+            if (!*cfg) rc = qlt_fail("%s: not valid JSON (fix or remove it; it only names eos/pad tokens)", cfg_path);
         }
-        cJSON *cfg = cJSON_ParseWithLength(data, len);
-        free(data);
-        if (!cfg) {
-            int r = qlt_fail("%s: not valid JSON (fix or remove it; it only names eos/pad tokens)", cfg_path);
-            free(cfg_path);
-            return r;
-        }
-        const char *eos = config_token(cfg, "eos_token"), *pad = config_token(cfg, "pad_token");
-        if (tok->eos_id < 0 && eos) tok->eos_id = qlt_tokenizer_token_id(tok, eos);
-        if (pad) tok->pad_id = qlt_tokenizer_token_id(tok, pad);
-        cJSON_Delete(cfg);
     }
     free(cfg_path);
-    if (tok->pad_id < 0) tok->pad_id = tok->eos_id >= 0 ? tok->eos_id : 0;
-    return 0;
+    return rc;
 }
 
-static int load_json(qlt_tokenizer *tok, const char *path, const cJSON *root) {
+static int load_json(qlt_tokenizer *tok, const char *path, const cJSON *root, const cJSON *cfg) {
     const cJSON *model = get(root, "model");
     if (!cJSON_IsObject(model)) return qlt_fail("%s: no \"model\" object: not a Hugging Face tokenizer.json", path);
     QLT_TRY(check_model(path, model));
@@ -300,14 +320,14 @@ static int load_json(qlt_tokenizer *tok, const char *path, const cJSON *root) {
     QLT_TRY(load_vocab(tok, path, get(model, "vocab"), added, get(model, "merges")));
     tok->bpe.ignore_merges = get_bool(model, "ignore_merges", 0);
     load_added(tok, added);
-    return load_special_ids(tok, path);
+    load_special_ids(tok, cfg);
+    return 0;
 }
 
-int qlt_tokenizer_load(qlt_tokenizer **out, const char *path) {
-    *out = NULL;
-    char *data;
-    size_t len;
-    if (qlt_read_file(path, &data, &len) != 0) return qlt_fail_context("tokenizer");
+/* Parses tokenizer.json text `data` (named `path` in messages) into *out, with cfg as its
+ * tokenizer_config.json (may be NULL) and `hash` as its identity. */
+static int load_text(qlt_tokenizer **out, const char *data, size_t len, const char *path, const cJSON *cfg,
+                     uint64_t hash) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(data, len, &end, 0);
     if (!root || !cJSON_IsObject(root)) {
@@ -316,13 +336,11 @@ int qlt_tokenizer_load(qlt_tokenizer **out, const char *path) {
                      : qlt_fail("%s: not valid JSON (error at byte %zu of %zu: the file is truncated or malformed; "
                                 "copy tokenizer.json from the model again)", path, at, len);
         cJSON_Delete(root);
-        free(data);
         return r;
     }
     qlt_tokenizer *tok = qlt_xcalloc(1, sizeof *tok);
-    tok->hash = qlt_hash64(data, len, 0x746f6b656e697a65ULL);
-    free(data);
-    int r = load_json(tok, path, root);
+    tok->hash = hash;
+    int r = load_json(tok, path, root, cfg);
     cJSON_Delete(root);
     if (r != 0) {
         qlt_tokenizer_free(tok);
@@ -330,6 +348,32 @@ int qlt_tokenizer_load(qlt_tokenizer **out, const char *path) {
     }
     *out = tok;
     return 0;
+}
+
+int qlt_tokenizer_load(qlt_tokenizer **out, const char *path) {
+    *out = NULL;
+    char *data;
+    size_t len;
+    if (qlt_read_file(path, &data, &len) != 0) return qlt_fail_context("tokenizer");
+    cJSON *cfg;
+    int r = read_config_beside(path, &cfg);
+    if (r == 0) r = load_text(out, data, len, path, cfg, qlt_hash64(data, len, 0x746f6b656e697a65ULL));
+    cJSON_Delete(cfg);
+    free(data);
+    return r;
+}
+
+int qlt_tokenizer_load_json(qlt_tokenizer **out, const char *json, size_t len, const char *name,
+                            const char *config_json) {
+    *out = NULL;
+    cJSON *cfg = NULL;
+    if (config_json && !(cfg = cJSON_Parse(config_json)))
+        return qlt_fail("%s: the tokenizer configuration is not valid JSON", name);
+    uint64_t hash = qlt_hash64(json, len, 0x746f6b656e697a65ULL);
+    if (config_json) hash = qlt_hash64(config_json, strlen(config_json), hash);
+    int r = load_text(out, json, len, name, cfg, hash);
+    cJSON_Delete(cfg);
+    return r;
 }
 
 void qlt_tokenizer_free(qlt_tokenizer *tok) {
@@ -345,6 +389,7 @@ int32_t qlt_tokenizer_n_ids(const qlt_tokenizer *tok) { return tok->bpe.n_ids; }
 int32_t qlt_tokenizer_eos_id(const qlt_tokenizer *tok) { return tok->eos_id; }
 int32_t qlt_tokenizer_pad_id(const qlt_tokenizer *tok) { return tok->pad_id; }
 uint64_t qlt_tokenizer_hash(const qlt_tokenizer *tok) { return tok->hash; }
+const char *qlt_tokenizer_chat_template(const qlt_tokenizer *tok) { return tok->chat_template; }
 
 int32_t qlt_tokenizer_token_id(const qlt_tokenizer *tok, const char *text) {
     size_t n = strlen(text);
