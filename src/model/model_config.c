@@ -139,7 +139,10 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
         goto done;
     }
     if (get_int(root, "head_dim", 0, mc->hidden / mc->n_heads, &mc->head_dim, path)) goto done;
-    if (get_int(root, "max_position_embeddings", 0, 0, &mc->context_length, path)) goto done;
+    const cJSON *max_pos = cJSON_GetObjectItemCaseSensitive(root, "max_position_embeddings"); /* informational */
+    mc->context_length = cJSON_IsNumber(max_pos) && max_pos->valuedouble >= 1 && max_pos->valuedouble <= 1e9
+                             ? (int)max_pos->valuedouble
+                             : 0;
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
     mc->sliding_window = cJSON_IsNumber(sw) && sw->valuedouble >= 1 &&
                                  !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window"))
