@@ -184,7 +184,7 @@ typedef struct spec {
     int n_tensors;
     const char *names[3];
     uint32_t ndim[3];
-    uint64_t dims[3][4];
+    uint64_t dims[3][8]; /* room past the 4 GGUF allows, for files that claim more */
     uint32_t type[3];
     uint64_t offset[3];
     uint64_t data_bytes;
