@@ -233,7 +233,11 @@ int qlt_gguf_tokenizer_load(qlt_tokenizer **out, const qlt_gguf *g) {
     size_t n = strlen(g->path);
     char *name = qlt_xmalloc(n + 32);
     snprintf(name, n + 32, "%s (tokenizer)", g->path);
-    int rc = qlt_tokenizer_load_json(out, json, strlen(json), name, config);
+    int rc = qlt_tokenizer_load_json(out, json, strlen(json), name);
+    if (rc == 0 && (rc = qlt_tokenizer_apply_config(*out, config, name)) != 0) {
+        qlt_tokenizer_free(*out);
+        *out = NULL;
+    }
     free(name);
     free(json);
     free(config);

@@ -1,7 +1,8 @@
 /* gguf_tokenizer.h: the tokenizer a GGUF file carries in its metadata, as the project's tokenizer.
  *
  * A byte-level BPE tokenizer (tokenizer.ggml.model "gpt2") is turned into the Hugging Face tokenizer.json
- * it was converted from, built in memory and handed to qlt_tokenizer_load_json:
+ * it was converted from, built in memory and handed to qlt_tokenizer_load_json, then
+ * qlt_tokenizer_apply_config with the configuration below:
  *   model: BPE, vocab = the tokens of type NORMAL (and UNKNOWN / BYTE / UNDEFINED), merges as stored;
  *   added_tokens = the CONTROL (special) and USER_DEFINED (not special) tokens, by their text;
  *   UNUSED tokens (llama.cpp's "[PAD<id>]" fillers) are left out;

@@ -1,8 +1,8 @@
 /* tokenizer.c: loading a Hugging Face tokenizer.json (see tokenizer.h): model (BPE vocabulary and
  * merges, in either layout: "a b" strings or ["a", "b"] pairs), added tokens, normalizer, pre-tokenizer,
- * and eos/pad and the chat template's name from tokenizer_config.json (a file beside it, or text given
- * with the tokenizer.json text). Everything unsupported is refused here, at load, with an error
- * that names the file and the key. */
+ * and eos/pad and the chat template's name from tokenizer_config.json (the file beside it, or text given
+ * to qlt_tokenizer_apply_config). Everything unsupported is refused here, at load, with an error that
+ * names the file and the key. */
 #include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -254,46 +254,45 @@ static const char *recognise_chat_template(const cJSON *v) {
     return chatml && !llama3 ? "chatml" : llama3 && !chatml ? "llama3" : NULL;
 }
 
-/* eos / pad ids and the chat template's name: the well-known end-of-text names first, then the
- * tokenizer_config.json object cfg (NULL when there is none). */
-static void load_special_ids(qlt_tokenizer *tok, const cJSON *cfg) {
-    static const char *const eos_names[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
-    tok->eos_id = tok->pad_id = -1;
-    for (size_t i = 0; i < sizeof eos_names / sizeof *eos_names && tok->eos_id < 0; i++)
-        tok->eos_id = qlt_tokenizer_token_id(tok, eos_names[i]);
-    if (cfg) {
-        const char *eos = config_token(cfg, "eos_token"), *pad = config_token(cfg, "pad_token");
-        if (tok->eos_id < 0 && eos) tok->eos_id = qlt_tokenizer_token_id(tok, eos);
-        if (pad) tok->pad_id = qlt_tokenizer_token_id(tok, pad);
-        tok->chat_template = recognise_chat_template(get(cfg, "chat_template"));
-    }
+/* eos (when no well-known name gave one), pad and the chat template's name from a parsed
+ * tokenizer_config.json; pad falls back to eos. */
+static void apply_config(qlt_tokenizer *tok, const cJSON *cfg) {
+    const char *eos = config_token(cfg, "eos_token"), *pad = config_token(cfg, "pad_token");
+    if (tok->eos_id < 0 && eos) tok->eos_id = qlt_tokenizer_token_id(tok, eos);
+    tok->pad_id = pad ? qlt_tokenizer_token_id(tok, pad) : -1;
     if (tok->pad_id < 0) tok->pad_id = tok->eos_id >= 0 ? tok->eos_id : 0;
+    tok->chat_template = recognise_chat_template(get(cfg, "chat_template"));
 }
 
-/* tokenizer_config.json beside path, parsed (*cfg NULL when there is none). */
-static int read_config_beside(const char *path, cJSON **cfg) {
-    *cfg = NULL;
+/* eos/pad from tokenizer_config.json beside path, when it exists. */
+static int load_config_ids(qlt_tokenizer *tok, const char *path) {
     size_t n = strlen(path);
     char *cfg_path = qlt_xmalloc(n + 32);
     memcpy(cfg_path, path, n + 1);
     char *slash = strrchr(cfg_path, '/');
     strcpy(slash ? slash + 1 : cfg_path, "tokenizer_config.json");
-    int rc = 0;
     if (qlt_file_exists(cfg_path)) {
         char *data;
         size_t len;
-        rc = qlt_read_file(cfg_path, &data, &len);
-        if (rc == 0) {
-            *cfg = cJSON_ParseWithLength(data, len);
-            free(data);
-            if (!*cfg) rc = qlt_fail("%s: not valid JSON (fix or remove it; it only names eos/pad tokens)", cfg_path);
+        if (qlt_read_file(cfg_path, &data, &len) != 0) {
+            free(cfg_path);
+            return -1;
         }
+        cJSON *cfg = cJSON_ParseWithLength(data, len);
+        free(data);
+        if (!cfg) {
+            int r = qlt_fail("%s: not valid JSON (fix or remove it; it only names eos/pad tokens)", cfg_path);
+            free(cfg_path);
+            return r;
+        }
+        apply_config(tok, cfg);
+        cJSON_Delete(cfg);
     }
     free(cfg_path);
-    return rc;
+    return 0;
 }
 
-static int load_json(qlt_tokenizer *tok, const char *path, const cJSON *root, const cJSON *cfg) {
+static int load_json(qlt_tokenizer *tok, const char *path, const cJSON *root) {
     const cJSON *model = get(root, "model");
     if (!cJSON_IsObject(model)) return qlt_fail("%s: no \"model\" object: not a Hugging Face tokenizer.json", path);
     QLT_TRY(check_model(path, model));
@@ -320,32 +319,34 @@ static int load_json(qlt_tokenizer *tok, const char *path, const cJSON *root, co
     QLT_TRY(load_vocab(tok, path, get(model, "vocab"), added, get(model, "merges")));
     tok->bpe.ignore_merges = get_bool(model, "ignore_merges", 0);
     load_added(tok, added);
-    load_special_ids(tok, cfg);
+    static const char *const eos_names[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
+    tok->eos_id = tok->pad_id = -1;
+    for (size_t i = 0; i < sizeof eos_names / sizeof *eos_names && tok->eos_id < 0; i++)
+        tok->eos_id = qlt_tokenizer_token_id(tok, eos_names[i]);
     return 0;
 }
 
-/* Parses tokenizer.json text `data` (named `path` in messages) into *out, with cfg as its
- * tokenizer_config.json (may be NULL) and `hash` as its identity. */
-static int load_text(qlt_tokenizer **out, const char *data, size_t len, const char *path, const cJSON *cfg,
-                     uint64_t hash) {
+int qlt_tokenizer_load_json(qlt_tokenizer **out, const char *json, size_t len, const char *name) {
+    *out = NULL;
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(data, len, &end, 0);
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root || !cJSON_IsObject(root)) {
-        size_t at = end && end >= data && end <= data + len ? (size_t)(end - data) : 0;
-        int r = root ? qlt_fail("%s: not a JSON object: not a Hugging Face tokenizer.json", path)
+        size_t at = end && end >= json && end <= json + len ? (size_t)(end - json) : 0;
+        int r = root ? qlt_fail("%s: not a JSON object: not a Hugging Face tokenizer.json", name)
                      : qlt_fail("%s: not valid JSON (error at byte %zu of %zu: the file is truncated or malformed; "
-                                "copy tokenizer.json from the model again)", path, at, len);
+                                "copy tokenizer.json from the model again)", name, at, len);
         cJSON_Delete(root);
         return r;
     }
     qlt_tokenizer *tok = qlt_xcalloc(1, sizeof *tok);
-    tok->hash = hash;
-    int r = load_json(tok, path, root, cfg);
+    tok->hash = qlt_hash64(json, len, 0x746f6b656e697a65ULL);
+    int r = load_json(tok, name, root);
     cJSON_Delete(root);
     if (r != 0) {
         qlt_tokenizer_free(tok);
         return -1;
     }
+    if (tok->pad_id < 0) tok->pad_id = tok->eos_id >= 0 ? tok->eos_id : 0;
     *out = tok;
     return 0;
 }
@@ -355,25 +356,28 @@ int qlt_tokenizer_load(qlt_tokenizer **out, const char *path) {
     char *data;
     size_t len;
     if (qlt_read_file(path, &data, &len) != 0) return qlt_fail_context("tokenizer");
-    cJSON *cfg;
-    int r = read_config_beside(path, &cfg);
-    if (r == 0) r = load_text(out, data, len, path, cfg, qlt_hash64(data, len, 0x746f6b656e697a65ULL));
-    cJSON_Delete(cfg);
+    qlt_tokenizer *tok;
+    int r = qlt_tokenizer_load_json(&tok, data, len, path);
     free(data);
-    return r;
+    if (r != 0) return -1;
+    if (load_config_ids(tok, path) != 0) {
+        qlt_tokenizer_free(tok);
+        return -1;
+    }
+    *out = tok;
+    return 0;
 }
 
-int qlt_tokenizer_load_json(qlt_tokenizer **out, const char *json, size_t len, const char *name,
-                            const char *config_json) {
-    *out = NULL;
-    cJSON *cfg = NULL;
-    if (config_json && !(cfg = cJSON_Parse(config_json)))
-        return qlt_fail("%s: the tokenizer configuration is not valid JSON", name);
-    uint64_t hash = qlt_hash64(json, len, 0x746f6b656e697a65ULL);
-    if (config_json) hash = qlt_hash64(config_json, strlen(config_json), hash);
-    int r = load_text(out, json, len, name, cfg, hash);
+int qlt_tokenizer_apply_config(qlt_tokenizer *tok, const char *config_json, const char *name) {
+    cJSON *cfg = cJSON_Parse(config_json);
+    if (!cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        return qlt_fail("%s: the tokenizer configuration is not a JSON object", name);
+    }
+    apply_config(tok, cfg);
     cJSON_Delete(cfg);
-    return r;
+    tok->hash = qlt_hash64(config_json, strlen(config_json), tok->hash);
+    return 0;
 }
 
 void qlt_tokenizer_free(qlt_tokenizer *tok) {

@@ -42,7 +42,7 @@ static qlt_tokenizer *reference_tokenizer(const char *fixture, int keep_normaliz
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "model"), "ignore_merges", cJSON_CreateBool(ignore_merges));
     char *json = cJSON_PrintUnformatted(root);
     qlt_tokenizer *tok;
-    cr_assert_eq(qlt_tokenizer_load_json(&tok, json, strlen(json), path, NULL), 0, "%s", qlt_error());
+    cr_assert_eq(qlt_tokenizer_load_json(&tok, json, strlen(json), path), 0, "%s", qlt_error());
     cJSON_Delete(root);
     free(json);
     free(text);
