@@ -289,6 +289,7 @@ static int load_config_ids(qlt_tokenizer *tok, const char *path) {
         cJSON_Delete(cfg);
     }
     free(cfg_path);
+    if (tok->pad_id < 0) tok->pad_id = tok->eos_id >= 0 ? tok->eos_id : 0;
     return 0;
 }
 
