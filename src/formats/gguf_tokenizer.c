@@ -175,9 +175,20 @@ int qlt_gguf_tokenizer_json(const qlt_gguf *g, char **json, char **config_json) 
     cJSON_AddBoolToObject(bpe, "ignore_merges", pre->ignore_merges);
     cJSON *vocab = cJSON_AddObjectToObject(bpe, "vocab");
     cJSON *merges = cJSON_AddArrayToObject(bpe, "merges");
+    for (uint64_t i = 0; i < n; i++)
+        if (types[i] != TOKEN_UNUSED && types[i] != TOKEN_CONTROL && types[i] != TOKEN_USER_DEFINED)
+            cJSON_AddItemToObject(vocab, tokens[i], cJSON_CreateNumber((double)i));
     for (uint64_t i = 0; i < n; i++) {
-        if (types[i] == TOKEN_UNUSED) continue;
         if (types[i] == TOKEN_CONTROL || types[i] == TOKEN_USER_DEFINED) {
+            /* in the vocabulary too, by its byte-level spelling, unless a normal token spells the same: Hugging
+             * Face's tokenizers give an added token its vocabulary id, and a new one after the vocabulary
+             * when it has none */
+            size_t len = strlen(tokens[i]);
+            char *spelled = qlt_xmalloc(2 * len + 1);
+            spelled[qlt_byte_level_encode((const uint8_t *)tokens[i], len, spelled)] = '\0';
+            if (!cJSON_GetObjectItemCaseSensitive(vocab, spelled))
+                cJSON_AddItemToObject(vocab, spelled, cJSON_CreateNumber((double)i));
+            free(spelled);
             cJSON *a = cJSON_CreateObject();
             cJSON_AddNumberToObject(a, "id", (double)i);
             cJSON_AddStringToObject(a, "content", tokens[i]);
@@ -187,8 +198,6 @@ int qlt_gguf_tokenizer_json(const qlt_gguf *g, char **json, char **config_json) 
             cJSON_AddBoolToObject(a, "normalized", 0);
             cJSON_AddBoolToObject(a, "special", types[i] == TOKEN_CONTROL);
             cJSON_AddItemToArray(added, a);
-        } else {
-            cJSON_AddItemToObject(vocab, tokens[i], cJSON_CreateNumber((double)i));
         }
     }
     p = merge_kv->data;

@@ -4,7 +4,9 @@
  * it was converted from, built in memory and handed to qlt_tokenizer_load_json, then
  * qlt_tokenizer_apply_config with the configuration below:
  *   model: BPE, vocab = the tokens of type NORMAL (and UNKNOWN / BYTE / UNDEFINED), merges as stored;
- *   added_tokens = the CONTROL (special) and USER_DEFINED (not special) tokens, by their text;
+ *   added_tokens = the CONTROL (special) and USER_DEFINED (not special) tokens, by their text, which
+ *   are in the vocabulary too (byte-level spelling) as in the models that keep them there (SmolLM2):
+ *   Hugging Face's tokenizers then give them the same ids;
  *   UNUSED tokens (llama.cpp's "[PAD<id>]" fillers) are left out;
  *   normalizer and pre-tokenizer: what tokenizer.ggml.pre stands for in llama.cpp, written as the original
  *   model's tokenizer.json has them:

@@ -260,14 +260,17 @@ Test(gguf_tokenizer, pre_names_map_to_pre_tokenizers) {
     }
 }
 
-/* NORMAL tokens form the vocabulary, CONTROL / USER_DEFINED the added tokens (special or not), UNUSED
- * fillers are dropped; eos / pad become tokenizer_config.json's eos_token / pad_token. */
+/* NORMAL tokens form the vocabulary, CONTROL / USER_DEFINED the added tokens (special or not; in the
+ * vocabulary too), UNUSED fillers are dropped; eos / pad become tokenizer_config.json's eos_token /
+ * pad_token. */
 Test(gguf_tokenizer, token_types_and_special_ids) {
     cJSON *j, *c;
     tokenizer_json_for("gpt2", &j, &c);
     const cJSON *vocab = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "model"), "vocab");
-    cr_expect_eq(cJSON_GetArraySize(vocab), 257, "256 byte tokens and \"ab\"");
+    cr_expect_eq(cJSON_GetArraySize(vocab), 259, "256 byte tokens, \"ab\" and the two added tokens");
     cr_expect_eq(cJSON_GetObjectItem(vocab, "ab")->valueint, ID_AB);
+    cr_expect_eq(cJSON_GetObjectItem(vocab, "<user>")->valueint, ID_USER);
+    cr_expect(cJSON_GetObjectItem(vocab, "[PAD259]") == NULL, "unused fillers are not in the vocabulary");
     const cJSON *added = cJSON_GetObjectItem(j, "added_tokens");
     cr_assert_eq(cJSON_GetArraySize(added), 2);
     cr_expect_str_eq(str_at(cJSON_GetArrayItem(added, 0), "content"), "<|endoftext|>");
