@@ -211,7 +211,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     t->grad_accum = mode == QLT_TRAINER_TRAIN ? cfg->train.grad_accum : 1;
     t->seq = cfg->data.seq_len;
     if (!cfg->model.path || !cfg->model.path[0])
-        return qlt_fail("model.path is empty: set it to a Hugging Face model directory (or random:CONFIG.json), "
+        return qlt_fail("model.path is empty: set it to a Hugging Face model directory, a .gguf file or random:CONFIG.json, "
                         "e.g. --set model.path=/models/Qwen2.5-7B");
     t->be = qlt_device_backend_create(cfg->train.device, cfg->train.threads);
     if (!t->be) return -1;

@@ -8,7 +8,7 @@
  *   - eos / pad ids and the chat template's name come from the metadata;
  *   - unsupported tokenizers are one-line errors pointing to data.tokenizer;
  *   - `qlora-train eval` on a GGUF model (with a PEFT adapter) prints the golden loss of its safetensors
- *     original; inspect and tokenize read .gguf files. */
+ *     original; eval, generate, inspect and tokenize read a .gguf file's tokenizer. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -351,6 +351,12 @@ Test(gguf_cli, eval_gguf_model_prints_golden_loss) {
     /* a text format needs a tokenizer: the GGUF's own, which this file's placeholder token list is not */
     free(args);
     if (asprintf(&args, "eval --config %s --set data.format=text", cfg) < 0) abort();
+    cr_expect_eq(test_run_cli(NULL, args, &out), 1, "%s", out);
+    cr_expect(strstr(out, "the tokenizer of model.path") && strstr(out, "tokenizer.ggml.merges"), "%s", out);
+    /* generate takes the same tokenizer */
+    free(out);
+    free(args);
+    if (asprintf(&args, "generate --config %s --prompt x --max-new-tokens 2 --raw", cfg) < 0) abort();
     cr_expect_eq(test_run_cli(NULL, args, &out), 1, "%s", out);
     cr_expect(strstr(out, "the tokenizer of model.path") && strstr(out, "tokenizer.ggml.merges"), "%s", out);
     qlt_remove_tree(dir);
