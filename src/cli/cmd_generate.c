@@ -21,7 +21,7 @@
 #include "infer/sample.h"
 
 typedef struct gen_args {
-    const char *adapter, *prompt, *prompts, *system;
+    const char *adapter, *prompt, *prompts, *system, *prompt_ids;
     int max_new_tokens;
     int chat; /* 1 --chat, 0 --raw, -1 auto */
     int seed_set;
@@ -33,7 +33,8 @@ static void usage(void) {
     printf("usage: qlora-train generate --config FILE [--set section.key=value ...] [--adapter DIR]\n"
            "                            (--prompt TEXT | --prompts FILE.jsonl) [--max-new-tokens N]\n"
            "                            [--temperature T --top-k K --top-p P --repetition-penalty R --seed S]\n"
-           "                            [--chat | --raw] [--system TEXT]\n\n"
+           "                            [--chat | --raw] [--system TEXT]\n"
+           "       qlora-train generate --config FILE --prompt-ids 1,2,3 [--max-new-tokens N ...]\n\n"
            "Generates with model.path (+ the PEFT adapter of --adapter, else lora.init_from) on train.device.\n"
            "  --prompt TEXT          one prompt; the text is streamed to stdout as it is generated\n"
            "  --prompts FILE.jsonl   one prompt a line ({\"prompt\": \"...\"} or a JSON string); prints one JSON\n"
@@ -47,6 +48,8 @@ static void usage(void) {
            "  --chat / --raw         the prompt as a user turn of the chat template (default when the tokenizer\n"
            "                         has one) / as plain text\n"
            "  --system TEXT          a system turn before the prompt (--chat)\n"
+           "  --prompt-ids IDS       token ids instead of text (no tokenizer needed); prints one JSON line\n"
+           "                         {\"ids\": [the new ids], \"stop\"}; stops at --max-new-tokens\n"
            "Tokens/s of the prompt and of the generation are printed to stderr.\n");
 }
 
@@ -73,6 +76,7 @@ static int parse_args(int argc, char **argv, gen_args *g, char **rest, int *n_re
         if (strcmp(a, "--chat") == 0) g->chat = 1, takes_value = 0;
         else if (strcmp(a, "--raw") == 0) g->chat = 0, takes_value = 0;
         else if (strcmp(a, "--adapter") && strcmp(a, "--prompt") && strcmp(a, "--prompts") && strcmp(a, "--system") &&
+                 strcmp(a, "--prompt-ids") &&
                  strcmp(a, "--max-new-tokens") && strcmp(a, "--temperature") && strcmp(a, "--top-k") &&
                  strcmp(a, "--top-p") && strcmp(a, "--repetition-penalty") && strcmp(a, "--seed")) {
             rest[(*n_rest)++] = argv[i]; /* --config / --set / --help: cli_config's */
@@ -85,6 +89,7 @@ static int parse_args(int argc, char **argv, gen_args *g, char **rest, int *n_re
         else if (strcmp(a, "--prompt") == 0) g->prompt = v;
         else if (strcmp(a, "--prompts") == 0) g->prompts = v;
         else if (strcmp(a, "--system") == 0) g->system = v;
+        else if (strcmp(a, "--prompt-ids") == 0) g->prompt_ids = v;
         else if (strcmp(a, "--max-new-tokens") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 24, &g->max_new_tokens));
         else if (strcmp(a, "--temperature") == 0) QLT_TRY(parse_float(a, v, &g->sample.temperature));
         else if (strcmp(a, "--top-k") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 0, 1 << 30, &g->sample.top_k));
@@ -262,6 +267,50 @@ static int run_prompts_file(qlt_cli_model *cm, const gen_args *g, qlt_chat_templ
     return rc;
 }
 
+/* --prompt-ids: "1,2,3" -> ids (no tokenizer); the new ids printed as one JSON line. */
+static int run_prompt_ids(qlt_cli_model *cm, const gen_args *g, qlt_rng *rng) {
+    qlt_ids ids = {0};
+    const char *p = g->prompt_ids;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= cm->model.cfg.vocab) {
+            qlt_ids_free(&ids);
+            return qlt_fail("--prompt-ids: expected comma-separated token ids below the vocabulary size %d, at '%s'",
+                            cm->model.cfg.vocab, p);
+        }
+        qlt_ids_push(&ids, (int32_t)v);
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            qlt_ids_free(&ids);
+            return qlt_fail("--prompt-ids: unexpected '%c' (use 1,2,3)", *end);
+        }
+    }
+    if (ids.len == 0) return qlt_fail("--prompt-ids: no ids");
+    const int32_t vocab = cm->model.cfg.vocab;
+    const int64_t prompt_len = ids.len;
+    qlt_decoder d;
+    int rc = qlt_decoder_init(&d, &cm->model, cm->has_lora ? &cm->lora : NULL, prompt_len + g->max_new_tokens, 512);
+    float *logits = qlt_xmalloc(sizeof(float) * (size_t)vocab);
+    void *scratch = qlt_xmalloc(qlt_sample_scratch_bytes(vocab));
+    if (rc == 0) rc = qlt_decoder_step(&d, ids.data, prompt_len, logits, NULL);
+    for (int step = 0; rc == 0 && step < g->max_new_tokens; step++) {
+        int32_t next = qlt_sample_next(&g->sample, logits, vocab, ids.data, ids.len, rng, scratch);
+        qlt_ids_push(&ids, next);
+        if (step + 1 < g->max_new_tokens) rc = qlt_decoder_step(&d, &next, 1, logits, NULL);
+    }
+    if (rc == 0) {
+        printf("{\"ids\": [");
+        for (int64_t i = prompt_len; i < ids.len; i++) printf("%s%d", i > prompt_len ? ", " : "", ids.data[i]);
+        printf("], \"stop\": \"length\"}\n");
+    }
+    free(scratch);
+    free(logits);
+    if (d.be) qlt_decoder_free(&d);
+    qlt_ids_free(&ids);
+    return rc;
+}
+
 int qlt_cmd_generate(int argc, char **argv) {
     gen_args g;
     char **rest = qlt_xmalloc(sizeof(char *) * (size_t)(argc + 1));
@@ -284,8 +333,8 @@ int qlt_cmd_generate(int argc, char **argv) {
         qlt_config_free(&cfg);
         return 0;
     }
-    if (!g.prompt == !g.prompts) {
-        qlt_fail("generate needs one of --prompt TEXT or --prompts FILE.jsonl");
+    if ((g.prompt != NULL) + (g.prompts != NULL) + (g.prompt_ids != NULL) != 1) {
+        qlt_fail("generate needs one of --prompt TEXT, --prompts FILE.jsonl or --prompt-ids IDS");
         qlt_config_free(&cfg);
         return qlt_cli_report_error();
     }
@@ -294,9 +343,18 @@ int qlt_cmd_generate(int argc, char **argv) {
         return qlt_cli_report_error();
     }
     qlt_cli_model cm;
-    if (qlt_cli_model_open(&cm, &cfg, g.adapter, 1) != 0) {
+    if (qlt_cli_model_open(&cm, &cfg, g.adapter, g.prompt_ids == NULL) != 0) {
         qlt_config_free(&cfg);
         return qlt_cli_report_error();
+    }
+    if (g.prompt_ids) {
+        qlt_rng rng;
+        qlt_rng_seed(&rng, g.seed_set ? g.seed : cfg.train.seed);
+        rc = run_prompt_ids(&cm, &g, &rng);
+        if (rc != 0) qlt_cli_report_error();
+        qlt_cli_model_close(&cm);
+        qlt_config_free(&cfg);
+        return rc == 0 ? 0 : 1;
     }
     qlt_chat_template tmpl = QLT_CHAT_TEMPLATE_CHATML;
     stop_ids stops = {{0}, 0};
