@@ -18,6 +18,7 @@
 #include "data/chat_template.h"
 #include "data/jsonl.h"
 #include "infer/decoder.h"
+#include "infer/generate.h"
 #include "infer/sample.h"
 
 typedef struct gen_args {
@@ -105,114 +106,7 @@ static int parse_args(int argc, char **argv, gen_args *g, char **rest, int *n_re
     return 0;
 }
 
-/* The ids that end a generation: end of text, the template's end of turn, and the usual names of both. */
-typedef struct stop_ids {
-    int32_t id[8];
-    int n;
-} stop_ids;
-
-static void stop_add(stop_ids *s, int32_t id) {
-    if (id < 0 || s->n == 8) return;
-    for (int i = 0; i < s->n; i++)
-        if (s->id[i] == id) return;
-    s->id[s->n++] = id;
-}
-
-static int is_stop(const stop_ids *s, int32_t id) {
-    for (int i = 0; i < s->n; i++)
-        if (s->id[i] == id) return 1;
-    return 0;
-}
-
-/* Streams the decoded text of ids[0..n) beyond the *printed bytes already written; a trailing replacement
- * character (an incomplete UTF-8 sequence) waits for the next token unless final. */
-static int stream_text(const qlt_tokenizer *tok, const int32_t *ids, int64_t n, size_t *printed, int final,
-                       FILE *out) {
-    char *text;
-    size_t len;
-    QLT_TRY(qlt_tokenizer_decode(tok, ids, n, &text, &len));
-    size_t upto = len;
-    if (!final && len >= 3 && memcmp(text + len - 3, "\xef\xbf\xbd", 3) == 0) upto = len - 3;
-    if (upto > *printed) {
-        if (out) {
-            fwrite(text + *printed, 1, upto - *printed, out);
-            fflush(out);
-        }
-        *printed = upto;
-    }
-    free(text);
-    return 0;
-}
-
-typedef struct gen_result {
-    int64_t prompt_tokens, new_tokens;
-    double prefill_s, decode_s;
-    const char *stop; /* "eos" | "length" */
-    char *completion; /* heap */
-} gen_result;
-
-/* Generates for one prompt; streams to `stream` when not NULL. */
-static int generate_one(qlt_cli_model *cm, const gen_args *g, qlt_chat_template tmpl, const char *prompt,
-                        qlt_rng *rng, const stop_ids *stops, FILE *stream, gen_result *res) {
-    memset(res, 0, sizeof *res);
-    qlt_ids ids = {0};
-    qlt_encoder *enc = qlt_encoder_new(cm->tok);
-    int rc;
-    if (g->chat) {
-        qlt_chat_message msgs[2];
-        int n = 0;
-        if (g->system) msgs[n++] = (qlt_chat_message){"system", g->system};
-        msgs[n++] = (qlt_chat_message){"user", prompt};
-        rc = qlt_chat_encode_prompt(tmpl, cm->tok, enc, msgs, n, &ids);
-    } else {
-        rc = qlt_encoder_encode(enc, prompt, strlen(prompt), &ids);
-    }
-    qlt_encoder_free(enc);
-    if (rc != 0 || ids.len == 0) {
-        qlt_ids_free(&ids);
-        return rc != 0 ? rc : qlt_fail("generate: the prompt encodes to no tokens");
-    }
-    const int32_t vocab = cm->model.cfg.vocab;
-    const int64_t prompt_len = ids.len, max_len = prompt_len + g->max_new_tokens;
-    qlt_decoder d;
-    if (qlt_decoder_init(&d, &cm->model, cm->has_lora ? &cm->lora : NULL, max_len, 512) != 0) {
-        qlt_ids_free(&ids);
-        return -1;
-    }
-    float *logits = qlt_xmalloc(sizeof(float) * (size_t)vocab);
-    void *scratch = qlt_xmalloc(qlt_sample_scratch_bytes(vocab));
-    double t0 = qlt_now_seconds();
-    rc = qlt_decoder_step(&d, ids.data, prompt_len, logits, NULL);
-    double t1 = qlt_now_seconds();
-    res->prompt_tokens = prompt_len;
-    res->prefill_s = t1 - t0;
-    res->stop = "length";
-    size_t printed = 0;
-    for (int step = 0; rc == 0 && step < g->max_new_tokens; step++) {
-        int32_t next = qlt_sample_next(&g->sample, logits, vocab, ids.data, ids.len, rng, scratch);
-        if (is_stop(stops, next)) {
-            res->stop = "eos";
-            break;
-        }
-        qlt_ids_push(&ids, next);
-        res->new_tokens++;
-        rc = stream_text(cm->tok, ids.data + prompt_len, res->new_tokens, &printed, 0, stream);
-        if (rc == 0 && step + 1 < g->max_new_tokens) rc = qlt_decoder_step(&d, &next, 1, logits, NULL);
-    }
-    res->decode_s = qlt_now_seconds() - t1;
-    if (rc == 0) rc = stream_text(cm->tok, ids.data + prompt_len, res->new_tokens, &printed, 1, stream);
-    if (rc == 0) {
-        size_t len;
-        rc = qlt_tokenizer_decode(cm->tok, ids.data + prompt_len, res->new_tokens, &res->completion, &len);
-    }
-    free(scratch);
-    free(logits);
-    qlt_decoder_free(&d);
-    qlt_ids_free(&ids);
-    return rc;
-}
-
-static void report_speed(const gen_result *r) {
+static void report_speed(const qlt_generation *r) {
     fprintf(stderr, "qlora-train: prompt %lld tokens in %.2f s (%.1f tokens/s), generated %lld tokens in %.2f s "
                     "(%.1f tokens/s), stop: %s\n",
             (long long)r->prompt_tokens, r->prefill_s, r->prefill_s > 0 ? r->prompt_tokens / r->prefill_s : 0.0,
@@ -230,8 +124,7 @@ static char *line_prompt(const char *line, const char *path, int64_t lineno) {
     return out;
 }
 
-static int run_prompts_file(qlt_cli_model *cm, const gen_args *g, qlt_chat_template tmpl, qlt_rng *rng,
-                            const stop_ids *stops) {
+static int run_prompts_file(qlt_cli_model *cm, const gen_args *g, const qlt_generate_opts *go, qlt_rng *rng) {
     qlt_jsonl *in;
     QLT_TRY(qlt_jsonl_open(&in, g->prompts));
     const char *line;
@@ -244,12 +137,12 @@ static int run_prompts_file(qlt_cli_model *cm, const gen_args *g, qlt_chat_templ
             rc = -1;
             break;
         }
-        gen_result r;
-        rc = generate_one(cm, g, tmpl, prompt, rng, stops, NULL, &r);
+        qlt_generation r;
+        rc = qlt_generate(&cm->model, cm->has_lora ? &cm->lora : NULL, cm->tok, go, prompt, rng, NULL, &r);
         if (rc == 0) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "prompt", prompt);
-            cJSON_AddStringToObject(o, "completion", r.completion);
+            cJSON_AddStringToObject(o, "completion", r.text);
             cJSON_AddNumberToObject(o, "new_tokens", (double)r.new_tokens);
             cJSON_AddStringToObject(o, "stop", r.stop);
             char *text = cJSON_PrintUnformatted(o);
@@ -259,7 +152,7 @@ static int run_prompts_file(qlt_cli_model *cm, const gen_args *g, qlt_chat_templ
             cJSON_Delete(o);
             report_speed(&r);
         }
-        free(r.completion);
+        qlt_generation_free(&r);
         free(prompt);
     }
     if (rc == 0 && got < 0) rc = -1;
@@ -356,37 +249,30 @@ int qlt_cmd_generate(int argc, char **argv) {
         qlt_config_free(&cfg);
         return rc == 0 ? 0 : 1;
     }
-    qlt_chat_template tmpl = QLT_CHAT_TEMPLATE_CHATML;
-    stop_ids stops = {{0}, 0};
-    stop_add(&stops, qlt_tokenizer_eos_id(cm.tok));
-    static const char *const end_names[] = {"<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>"};
-    for (size_t i = 0; i < sizeof end_names / sizeof end_names[0]; i++)
-        stop_add(&stops, qlt_tokenizer_token_id(cm.tok, end_names[i]));
+    qlt_generate_opts go = {g.max_new_tokens, g.sample, 0, QLT_CHAT_TEMPLATE_CHATML, g.system};
     rc = 0;
     if (g.chat != 0) {
-        rc = qlt_chat_template_resolve(cfg.data.chat_template, cm.tok, &tmpl);
+        rc = qlt_chat_template_resolve(cfg.data.chat_template, cm.tok, &go.tmpl);
         if (rc != 0 && g.chat == -1) {
             rc = 0; /* no template in the tokenizer: the prompt goes in as it is */
-            g.chat = 0;
             fprintf(stderr, "qlora-train: the tokenizer has no chat template: the prompt is used as raw text\n");
         } else if (rc == 0) {
-            g.chat = 1;
-            stop_add(&stops, qlt_chat_end_of_turn(tmpl, cm.tok));
+            go.chat = 1;
         }
     }
     qlt_rng rng;
     qlt_rng_seed(&rng, g.seed_set ? g.seed : cfg.train.seed);
     if (rc == 0 && g.prompt) {
-        gen_result r;
-        rc = generate_one(&cm, &g, tmpl, g.prompt, &rng, &stops, stdout, &r);
+        qlt_generation r;
+        rc = qlt_generate(&cm.model, cm.has_lora ? &cm.lora : NULL, cm.tok, &go, g.prompt, &rng, stdout, &r);
         if (rc == 0) {
             printf("\n");
             fflush(stdout);
             report_speed(&r);
         }
-        free(r.completion);
+        qlt_generation_free(&r);
     } else if (rc == 0) {
-        rc = run_prompts_file(&cm, &g, tmpl, &rng, &stops);
+        rc = run_prompts_file(&cm, &g, &go, &rng);
     }
     if (rc != 0) qlt_cli_report_error();
     qlt_cli_model_close(&cm);
