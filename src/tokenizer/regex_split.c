@@ -1,11 +1,11 @@
-/* pretokenize.c: PCRE2 glue for the Split pre-tokenizer (see pretokenize.h). The text was validated
+/* regex_split.c: PCRE2 glue for the Split pre-tokenizer (see regex_split.h). The text was validated
  * as UTF-8 by the caller, so matching skips PCRE2's own check (PCRE2_NO_UTF_CHECK).
  *
  * Hugging Face matches with Oniguruma, whose \s is Unicode's White_Space property; PCRE2's \s also
  * takes U+180E (MONGOLIAN VOWEL SEPARATOR, a space before Unicode 6.3). So \s and \S are spelled out
  * as White_Space before compiling. */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "tokenizer/pretokenize.h"
+#include "tokenizer/regex_split.h"
 
 #include <pcre2.h>
 #include <stdio.h>
@@ -49,7 +49,7 @@ static char *spell_out_white_space(const char *pattern) {
     return out;
 }
 
-int qlt_pretok_compile(qlt_pretok *p, const char *pattern) {
+int qlt_regex_compile(qlt_regex *p, const char *pattern) {
     memset(p, 0, sizeof *p);
     int err;
     PCRE2_SIZE off;
@@ -68,20 +68,20 @@ int qlt_pretok_compile(qlt_pretok *p, const char *pattern) {
     return 0;
 }
 
-void qlt_pretok_free(qlt_pretok *p) {
+void qlt_regex_free(qlt_regex *p) {
     pcre2_code_free(p->code);
     p->code = NULL;
 }
 
-void *qlt_pretok_match_data(const qlt_pretok *p) {
+void *qlt_regex_match_data(const qlt_regex *p) {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(p->code, NULL);
     QLT_ASSERT(md != NULL);
     return md;
 }
 
-void qlt_pretok_match_data_free(void *match_data) { pcre2_match_data_free(match_data); }
+void qlt_regex_match_data_free(void *match_data) { pcre2_match_data_free(match_data); }
 
-int qlt_pretok_split(const qlt_pretok *p, void *match_data, const char *text, size_t len, qlt_word_fn fn,
+int qlt_regex_split(const qlt_regex *p, void *match_data, const char *text, size_t len, qlt_word_fn fn,
                      void *ctx) {
     const pcre2_code *code = p->code;
     pcre2_match_data *md = match_data;
