@@ -88,8 +88,9 @@ def build_mistral(spm_path, out_dir):
     sp = spm.SentencePieceProcessor(model_file=spm_path)
     # SentencePiece puts the single characters last: keep the first CUT_IDS pieces and the CUT_CHARS
     # most frequent characters (the rarer ones then fall back to <0xNN> bytes), renumbered in order
-    chars = [i for i in range(sp.get_piece_size()) if len(sp.id_to_piece(i)) == 1 and i >= CUT_IDS][:CUT_CHARS]
-    kept = list(range(CUT_IDS)) + chars
+    n = sp.get_piece_size()
+    chars = [i for i in range(min(CUT_IDS, n), n) if len(sp.id_to_piece(i)) == 1][:CUT_CHARS]
+    kept = list(range(min(CUT_IDS, n))) + chars
     pieces = [sp.id_to_piece(i) for i in kept]
     scores = [0.0 if i < 3 else sp.get_score(i) for i in kept]
     vocab = {p: i for i, p in enumerate(pieces)}
