@@ -160,6 +160,10 @@ LLAMA_DECODER = {"type": "Sequence", "decoders": [
     {"type": "Replace", "pattern": {"String": SP}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
     {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
 
+def split(pattern, behavior, invert=False):
+    return {"type": "Split", "pattern": pattern, "behavior": behavior, "invert": invert}
+
+
 BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 LLAMA3_REGEX = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
                 "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
@@ -187,6 +191,10 @@ VARIANTS = {
         "strip-three": {"decoder": {"type": "Sequence", "decoders": LLAMA_DECODER["decoders"][:3] + [
             {"type": "Strip", "content": " ", "start": 3, "stop": 0}]}},
         "no-decoder": {"decoder": None},
+        "split-behaviors": {"normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": SP},
+                            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                                split({"String": SP}, "MergedWithNext"),
+                                split({"Regex": "[0-9]+|[A-Z]"}, "Isolated", invert=True)]}},
     },
     "tok-smollm2": {
         "smollm2": {},  # as SmolLM2 ships it: Digits(individual) + ByteLevel, 21 byte tokens missing
@@ -200,6 +208,10 @@ VARIANTS = {
         "unk": {"model": {"unk_token": "<|endoftext|>"}},
         "unk-fused": {"model": {"unk_token": "<|endoftext|>", "fuse_unk": True}},
         "nfkc": {"normalizer": {"type": "NFKC"}},
+        "split-behaviors": {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            split({"Regex": "\\s+"}, "MergedWithPrevious"), split({"Regex": "[aeiou]"}, "Contiguous", invert=True),
+            split({"String": ","}, "Removed"), split({"Regex": "[.;:]"}, "MergedWithNext"),
+            dict(BYTE_LEVEL, use_regex=False)]}},
     },
 }
 

@@ -36,9 +36,11 @@ static int compile_regex(qlt_pre_step *st, const char *pattern, const char *file
 
 static int parse_split(qlt_pre_step *st, const cJSON *json, const char *file) {
     const char *behavior = json_string(json, "behavior");
-    if (!behavior || strcmp(behavior, "Isolated") != 0 || json_bool(json, "invert", 0))
-        return qlt_fail("%s: pre_tokenizer Split with behavior \"%s\"%s is not supported (only Isolated, not inverted)",
-                        file, behavior ? behavior : "?", json_bool(json, "invert", 0) ? ", invert" : "");
+    st->behavior = behavior ? qlt_split_behavior_parse(behavior) : 0;
+    if (!st->behavior)
+        return qlt_fail("%s: pre_tokenizer Split behavior \"%s\" is not one of Isolated, Removed, MergedWithPrevious, "
+                        "MergedWithNext, Contiguous", file, behavior ? behavior : "(none)");
+    st->invert = json_bool(json, "invert", 0);
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(json, "pattern");
     const char *regex = json_string(pat, "Regex"), *literal = json_string(pat, "String");
     if (regex) return compile_regex(st, regex, file);
@@ -97,13 +99,14 @@ int qlt_pre_tokenizer_parse(qlt_pre_tokenizer *p, const cJSON *json, const char 
     } else if (strcmp(type, "ByteLevel") == 0) {
         st->kind = QLT_PRE_BYTE_LEVEL;
         st->add_prefix_space = json_bool(json, "add_prefix_space", 1);
+        st->behavior = QLT_SPLIT_ISOLATED;
         r = json_bool(json, "use_regex", 1) ? compile_regex(st, QLT_GPT2_PATTERN, file) : 0;
         p->byte_level = 1;
     } else if (strcmp(type, "Metaspace") == 0) {
         st->kind = QLT_PRE_METASPACE;
         r = parse_metaspace(st, json, file);
     } else {
-        return qlt_fail("%s: pre_tokenizer type \"%s\" is not supported (supported: Split (Isolated), Digits, "
+        return qlt_fail("%s: pre_tokenizer type \"%s\" is not supported (supported: Split, Digits, "
                         "ByteLevel, Metaspace, and a Sequence of them)", file, type);
     }
     if (r != 0) return r;
@@ -247,7 +250,8 @@ static int run_step(const run_ctx *c, const char *text, size_t len, int at_start
         }
         if (!st->has_regex) return on_part(&sub, text, len);
         /* fall through */
-    case QLT_PRE_SPLIT: return qlt_regex_split(&st->regex, c->s->match_data[c->k], text, len, on_part, &sub);
+    case QLT_PRE_SPLIT:
+        return qlt_regex_split(&st->regex, c->s->match_data[c->k], text, len, st->behavior, st->invert, on_part, &sub);
     }
     return 0;
 }

@@ -1,7 +1,7 @@
 /* pre_tokenizer.h: the pre-tokenizer of a tokenizer.json, a chain of steps that cut normalized text into
  * the words BPE merges within. Each step cuts every piece the step before it made, as `tokenizers`'
  * Sequence does:
- *   Split      a regex, behavior Isolated (Qwen, Llama-3);
+ *   Split      a regex or string, any behavior, inverted or not (regex_split.h; Qwen, Llama-3);
  *   Digits     each numeric character (Unicode Nd, Nl, No) its own piece, or runs of them
  *              (individual_digits false) (SmolLM2);
  *   ByteLevel  a space before each piece that lacks one (add_prefix_space), then the GPT-2 regex
@@ -30,6 +30,8 @@ typedef struct qlt_pre_step {
     qlt_pre_kind kind;
     int has_regex;          /* SPLIT; BYTE_LEVEL with use_regex */
     qlt_regex regex;
+    qlt_split_behavior behavior; /* SPLIT (ByteLevel's regex: Isolated) */
+    int invert;
     int individual_digits;  /* DIGITS */
     int add_prefix_space;   /* BYTE_LEVEL */
     char replacement[8];    /* METASPACE: the replacement character's UTF-8, NUL-terminated */

@@ -81,11 +81,81 @@ void *qlt_regex_match_data(const qlt_regex *p) {
 
 void qlt_regex_match_data_free(void *match_data) { pcre2_match_data_free(match_data); }
 
-int qlt_regex_split(const qlt_regex *p, void *match_data, const char *text, size_t len, qlt_word_fn fn,
-                     void *ctx) {
+/* Returns a callback's non-zero result as it is. */
+#define TRY_RC(expr)                                                                                \
+    do {                                                                                            \
+        int rc_ = (expr);                                                                           \
+        if (rc_ != 0) return rc_;                                                                   \
+    } while (0)
+
+qlt_split_behavior qlt_split_behavior_parse(const char *name) {
+    static const char *const names[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
+    for (int i = 0; i < 5; i++)
+        if (strcmp(name, names[i]) == 0) return (qlt_split_behavior)(i + 1);
+    return 0;
+}
+
+/* Turns the stream of segments (a match or a gap, in order) into words. At most one word is held back
+ * (`held`): the last one, while a following segment may still join it. */
+typedef struct word_sink {
+    qlt_split_behavior behavior;
+    qlt_word_fn fn;
+    void *ctx;
+    const char *text;
+    int held;           /* a word [start, end) is held back */
+    size_t start, end;
+    int last_match;     /* the previous segment was a match (false before the first) */
+    int held_joinable;  /* MergedWithNext: the held word is a lone match that a gap after it joins */
+} word_sink;
+
+static int sink_flush(word_sink *w) {
+    if (!w->held) return 0;
+    w->held = 0;
+    return w->fn(w->ctx, w->text + w->start, w->end - w->start);
+}
+
+static int sink_hold(word_sink *w, size_t start, size_t end) {
+    TRY_RC(sink_flush(w));
+    w->held = 1;
+    w->start = start;
+    w->end = end;
+    return 0;
+}
+
+static int sink_segment(word_sink *w, size_t start, size_t end, int match) {
+    int r = 0, prev = w->last_match;
+    w->last_match = match;
+    switch (w->behavior) {
+    case QLT_SPLIT_ISOLATED: return w->fn(w->ctx, w->text + start, end - start);
+    case QLT_SPLIT_REMOVED: return match ? 0 : w->fn(w->ctx, w->text + start, end - start);
+    case QLT_SPLIT_CONTIGUOUS:
+        if (w->held && match == prev) w->end = end;
+        else r = sink_hold(w, start, end);
+        return r;
+    case QLT_SPLIT_MERGED_WITH_PREVIOUS:
+        if (w->held && match && !prev) w->end = end;
+        else r = sink_hold(w, start, end);
+        return r;
+    case QLT_SPLIT_MERGED_WITH_NEXT:
+        if (w->held && w->held_joinable && !match) {
+            w->end = end;
+            w->held_joinable = 0;
+            return sink_flush(w);
+        }
+        r = sink_hold(w, start, end);
+        w->held_joinable = match;
+        return r;
+    }
+    return 0;
+}
+
+int qlt_regex_split(const qlt_regex *p, void *match_data, const char *text, size_t len, qlt_split_behavior behavior,
+                    int invert, qlt_word_fn fn, void *ctx) {
     const pcre2_code *code = p->code;
     pcre2_match_data *md = match_data;
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+    word_sink w = {.behavior = behavior, .fn = fn, .ctx = ctx, .text = text};
+    int is_match = !invert, is_gap = invert;
     size_t pos = 0, emitted = 0;
     while (pos < len) {
         int rc = p->jit ? pcre2_jit_match(code, (PCRE2_SPTR)text, len, pos, PCRE2_NO_UTF_CHECK, md, NULL)
@@ -102,11 +172,10 @@ int qlt_regex_split(const qlt_regex *p, void *match_data, const char *text, size
             while (pos < len && ((unsigned char)text[pos] & 0xc0) == 0x80) pos++;
             continue;
         }
-        int r;
-        if (start > emitted && (r = fn(ctx, text + emitted, start - emitted)) != 0) return r;
-        if ((r = fn(ctx, text + start, end - start)) != 0) return r;
+        if (start > emitted) TRY_RC(sink_segment(&w, emitted, start, is_gap));
+        TRY_RC(sink_segment(&w, start, end, is_match));
         emitted = pos = end;
     }
-    if (len > emitted) return fn(ctx, text + emitted, len - emitted);
-    return 0;
+    if (len > emitted) TRY_RC(sink_segment(&w, emitted, len, is_gap));
+    return sink_flush(&w);
 }

@@ -6,7 +6,7 @@
  *     Replace / ByteFallback / Fuse / Strip / Metaspace decoders (or none);
  *   - SmolLM2's byte-level vocabulary (tok-smollm2), which lacks 21 of the 256 byte tokens: Digits in a
  *     Sequence with ByteLevel (and with Split), digits one by one and in runs, a missing byte dropped or
- *     made the unknown token;
+ *     made the unknown token; Split in each behavior, inverted or not;
  * plus small hand-made cases that pin each rule on its own, and the refusals of what is not supported. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -121,6 +121,7 @@ GOLDEN("tok-mistral", "unk-unfused", unk_unfused_without_byte_fallback)
 GOLDEN("tok-mistral", "ignore-merges", sentencepiece_ignore_merges)
 GOLDEN("tok-mistral", "strip-three", strip_decoder_three)
 GOLDEN("tok-mistral", "no-decoder", no_decoder_joins_with_spaces)
+GOLDEN("tok-mistral", "split-behaviors", split_merged_with_next_and_inverted)
 GOLDEN("tok-smollm2", "smollm2", smollm2_as_shipped)
 GOLDEN("tok-smollm2", "digits-runs", digits_in_runs)
 GOLDEN("tok-smollm2", "split-digits-bytelevel", split_then_digits_then_bytelevel)
@@ -128,6 +129,7 @@ GOLDEN("tok-smollm2", "prefix-space", bytelevel_prefix_space_per_piece)
 GOLDEN("tok-smollm2", "unk", missing_byte_as_unk)
 GOLDEN("tok-smollm2", "unk-fused", missing_bytes_as_fused_unk)
 GOLDEN("tok-smollm2", "nfkc", smollm2_with_nfkc)
+GOLDEN("tok-smollm2", "split-behaviors", split_merged_contiguous_removed)
 
 /* ---- small hand-made tokenizers: one rule each ---- */
 
@@ -249,6 +251,8 @@ Test(tokenizer_formats, unsupported_parts_are_refused) {
     expect_load_json_error("{\"pre_tokenizer\": {\"type\": \"Whitespace\"}, " MODEL "}", "pre_tokenizer type \"Whitespace\"");
     expect_load_json_error("{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"}, "
                            "{\"type\": \"Digits\"}]}, " MODEL "}", "Digits after ByteLevel");
+    expect_load_json_error("{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, "
+                           "\"behavior\": \"Sometimes\"}, " MODEL "}", "Split behavior \"Sometimes\"");
     expect_load_json_error("{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"ab\"}, " MODEL "}",
                            "not one character");
     expect_load_json_error("{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"prepend_scheme\": \"sometimes\"}, " MODEL "}",
