@@ -193,8 +193,10 @@ VARIANTS = {
         "no-decoder": {"decoder": None},
         "split-behaviors": {"normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": SP},
                             "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-                                split({"String": SP}, "MergedWithNext"),
-                                split({"Regex": "[0-9]+|[A-Z]"}, "Isolated", invert=True)]}},
+                                split({"Regex": f"[^{SP}]+"}, "MergedWithPrevious", invert=True),
+                                split({"Regex": "[0-9]+|[A-Z]"}, "Isolated")]}},
+        "split-merged-with-next": {"normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": SP},
+                                   "pre_tokenizer": split({"String": SP}, "MergedWithNext")},
     },
     "tok-smollm2": {
         "smollm2": {},  # as SmolLM2 ships it: Digits(individual) + ByteLevel, 21 byte tokens missing
@@ -209,8 +211,8 @@ VARIANTS = {
         "unk-fused": {"model": {"unk_token": "<|endoftext|>", "fuse_unk": True}},
         "nfkc": {"normalizer": {"type": "NFKC"}},
         "split-behaviors": {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            split({"Regex": "\\s+"}, "MergedWithPrevious"), split({"Regex": "[aeiou]"}, "Contiguous", invert=True),
-            split({"String": ","}, "Removed"), split({"Regex": "[.;:]"}, "MergedWithNext"),
+            split({"String": " "}, "MergedWithPrevious"), split({"Regex": "[aeiou]"}, "Contiguous", invert=True),
+            split({"Regex": "[^,]+"}, "Removed", invert=True), split({"Regex": "[.;:]"}, "MergedWithNext"),
             dict(BYTE_LEVEL, use_regex=False)]}},
     },
 }
