@@ -98,7 +98,7 @@ int qlt_pre_tokenizer_parse(qlt_pre_tokenizer *p, const cJSON *json, const char 
         r = 0;
     } else if (strcmp(type, "ByteLevel") == 0) {
         st->kind = QLT_PRE_BYTE_LEVEL;
-        st->add_prefix_space = json_bool(json, "add_prefix_space", 1);
+        st->add_prefix_space = json_bool(json, "add_prefix_space", 0);
         st->behavior = QLT_SPLIT_ISOLATED;
         r = json_bool(json, "use_regex", 1) ? compile_regex(st, QLT_GPT2_PATTERN, file) : 0;
         p->byte_level = 1;
