@@ -87,7 +87,8 @@ int qlt_bpe_set_token(qlt_bpe *bpe, int32_t id, const void *bytes, size_t len, c
     if (bpe->tok_off[id] >= 0) return qlt_fail("token id %d appears twice", id);
     bpe->tok_off[id] = blob_put(bpe, bytes, len);
     bpe->tok_len[id] = (int32_t)len;
-    bpe->text_off[id] = len == text_len && memcmp(bytes, text, len) == 0 ? bpe->tok_off[id] : blob_put(bpe, text, text_len);
+    int same = len == text_len && memcmp(bytes, text, len) == 0; /* not byte-level: stored once */
+    bpe->text_off[id] = same ? bpe->tok_off[id] : blob_put(bpe, text, text_len);
     bpe->text_len[id] = (int32_t)text_len;
     if (!in_map) return 0;
     QLT_ASSERT((uint64_t)(bpe->map_count + 1) * 2 <= bpe->map_mask + 1);

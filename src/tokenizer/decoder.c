@@ -233,7 +233,9 @@ char *qlt_decoder_run(const qlt_decoder *d, const char *const *tok, const int32_
         case QLT_DEC_METASPACE:
             replace(&cur, &next, st->content, st->content_len, " ", 1, st->prepend_scheme != QLT_PREPEND_NEVER);
             break;
-        case QLT_DEC_REPLACE: replace(&cur, &next, st->pattern, st->pattern_len, st->content, st->content_len, 0); break;
+        case QLT_DEC_REPLACE:
+            replace(&cur, &next, st->pattern, st->pattern_len, st->content, st->content_len, 0);
+            break;
         case QLT_DEC_BYTE_FALLBACK: byte_fallback(&cur, &next); break;
         case QLT_DEC_FUSE: sl_add(&next, cur.buf ? cur.buf : "", cur.len); break;
         case QLT_DEC_STRIP: strip(&cur, &next, st->content, st->content_len, st->start, st->stop); break;

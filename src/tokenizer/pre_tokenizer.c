@@ -68,7 +68,9 @@ static int parse_metaspace(qlt_pre_step *st, const cJSON *json, const char *file
     else if (strcmp(scheme, "always") == 0) st->prepend_scheme = QLT_PREPEND_ALWAYS;
     else if (strcmp(scheme, "first") == 0) st->prepend_scheme = QLT_PREPEND_FIRST;
     else if (strcmp(scheme, "never") == 0) st->prepend_scheme = QLT_PREPEND_NEVER;
-    else return qlt_fail("%s: pre_tokenizer Metaspace prepend_scheme \"%s\" is not first, always or never", file, scheme);
+    else
+        return qlt_fail("%s: pre_tokenizer Metaspace prepend_scheme \"%s\" is not first, always or never", file,
+                        scheme);
     st->split = json_bool(json, "split", 1);
     return 0;
 }
@@ -200,7 +202,8 @@ static int metaspace(const run_ctx *c, const qlt_pre_step *st, const char *text,
     char *buf = step_buffer(c->s, c->k, len + spaces * (rn - 1) + rn + 1), *o = buf;
     int starts_with_rep = len >= rn && memcmp(text, rep, rn) == 0;
     if (!starts_with_rep && len > 0 && text[0] == ' ') starts_with_rep = 1; /* it will, once replaced */
-    if (!starts_with_rep && (st->prepend_scheme == QLT_PREPEND_ALWAYS || (st->prepend_scheme == QLT_PREPEND_FIRST && at_start))) {
+    int prepend = st->prepend_scheme == QLT_PREPEND_ALWAYS || (st->prepend_scheme == QLT_PREPEND_FIRST && at_start);
+    if (prepend && !starts_with_rep) {
         memcpy(o, rep, rn);
         o += rn;
     }

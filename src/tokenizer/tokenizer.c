@@ -226,7 +226,8 @@ static int load_model_options(qlt_tokenizer *tok, const char *path, const cJSON 
         bpe->unk_id = qlt_bpe_lookup(bpe, buf, token_bytes(tok, unk, buf));
         free(buf);
         if (bpe->unk_id < 0)
-            return qlt_fail("%s: model.unk_token \"%s\" is not in model.vocab (add it or set unk_token to null)", path, unk);
+            return qlt_fail("%s: model.unk_token \"%s\" is not in model.vocab (add it or set unk_token to null)", path,
+                            unk);
     }
     return 0;
 }

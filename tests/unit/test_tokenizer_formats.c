@@ -150,7 +150,8 @@ static void expect_encode(const qlt_tokenizer *tok, const char *text, const int3
     qlt_ids ids = {0};
     cr_assert_eq(qlt_tokenizer_encode(tok, text, strlen(text), &ids), 0, "%s", qlt_error());
     cr_assert_eq(ids.len, n, "\"%s\": %lld ids, want %d", text, (long long)ids.len, n);
-    for (int i = 0; i < n; i++) cr_assert_eq(ids.data[i], want[i], "\"%s\": id %d is %d, want %d", text, i, ids.data[i], want[i]);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(ids.data[i], want[i], "\"%s\": id %d is %d, want %d", text, i, ids.data[i], want[i]);
     qlt_ids_free(&ids);
 }
 
