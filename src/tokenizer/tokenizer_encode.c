@@ -66,6 +66,7 @@ static int on_word(void *ctx, const char *word, size_t n) {
     uint64_t i = h & (CACHE_SLOTS - 1);
     for (cache_slot *s; (s = &enc->slots[i])->key_len; i = (i + 1) & (CACHE_SLOTS - 1)) {
         if (s->hash == h && s->key_len == n && memcmp(enc->keys + s->key_off, word, n) == 0) {
+            if (s->n_ids == 0) return 0;
             qlt_ids_reserve(out, s->n_ids);
             memcpy(out->data + out->len, enc->ids + s->ids_off, s->n_ids * sizeof *out->data);
             out->len += s->n_ids;
@@ -88,7 +89,8 @@ static int on_word(void *ctx, const char *word, size_t n) {
     s->ids_off = (uint32_t)enc->ids_len;
     s->n_ids = (uint32_t)count;
     memcpy(enc->keys + enc->keys_len, word, n);
-    memcpy(enc->ids + enc->ids_len, out->data + start, (size_t)count * sizeof *out->data);
+    if (count > 0) /* a word of bytes without tokens has none (out->data may still be NULL) */
+        memcpy(enc->ids + enc->ids_len, out->data + start, (size_t)count * sizeof *out->data);
     enc->keys_len += (int64_t)n;
     enc->ids_len += count;
     enc->n_cached++;
