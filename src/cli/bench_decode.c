@@ -13,7 +13,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/rng.h"
-#include "infer/decoder.h"
+#include "infer/kv_decoder.h"
 
 /* Bytes a weight occupies as the backend reads it. */
 static double weight_bytes(const qlt_weight *w) {
@@ -70,8 +70,8 @@ int qlt_bench_decode(const qlt_bench_decode_opts *o) {
     const qlt_model *m = &cm.model;
     const qlt_model_config *c = &m->cfg;
     qlt_backend *be = cm.be;
-    qlt_decoder d;
-    if (qlt_decoder_init(&d, m, NULL, (int64_t)o->prompt_len + o->tokens, 512) != 0) {
+    qlt_kv_decoder d;
+    if (qlt_kv_decoder_init(&d, m, NULL, (int64_t)o->prompt_len + o->tokens, 512) != 0) {
         qlt_cli_model_close(&cm);
         return -1;
     }
@@ -82,12 +82,12 @@ int qlt_bench_decode(const qlt_bench_decode_opts *o) {
     float *logits = qlt_xmalloc(sizeof(float) * (size_t)c->vocab);
     be->sync(be);
     double t0 = qlt_now_seconds();
-    rc = qlt_decoder_step(&d, prompt, o->prompt_len, logits, NULL);
+    rc = qlt_kv_decoder_step(&d, prompt, o->prompt_len, logits, NULL);
     be->sync(be);
     double t1 = qlt_now_seconds();
     for (int s = 0; s < o->tokens && rc == 0; s++) {
         int32_t next = argmax(logits, c->vocab);
-        rc = qlt_decoder_step(&d, &next, 1, logits, NULL);
+        rc = qlt_kv_decoder_step(&d, &next, 1, logits, NULL);
     }
     be->sync(be);
     double t2 = qlt_now_seconds();
@@ -119,7 +119,7 @@ int qlt_bench_decode(const qlt_bench_decode_opts *o) {
     }
     free(logits);
     free(prompt);
-    qlt_decoder_free(&d);
+    qlt_kv_decoder_free(&d);
     qlt_cli_model_close(&cm);
     return rc;
 }

@@ -17,8 +17,8 @@
 #include "common/rng.h"
 #include "data/chat_template.h"
 #include "data/jsonl.h"
-#include "infer/decoder.h"
 #include "infer/generate.h"
+#include "infer/kv_decoder.h"
 #include "infer/sample.h"
 
 typedef struct gen_args {
@@ -182,15 +182,15 @@ static int run_prompt_ids(qlt_cli_model *cm, const gen_args *g, qlt_rng *rng) {
     if (ids.len == 0) return qlt_fail("--prompt-ids: no ids");
     const int32_t vocab = cm->model.cfg.vocab;
     const int64_t prompt_len = ids.len;
-    qlt_decoder d;
-    int rc = qlt_decoder_init(&d, &cm->model, cm->has_lora ? &cm->lora : NULL, prompt_len + g->max_new_tokens, 512);
+    qlt_kv_decoder d;
+    int rc = qlt_kv_decoder_init(&d, &cm->model, cm->has_lora ? &cm->lora : NULL, prompt_len + g->max_new_tokens, 512);
     float *logits = qlt_xmalloc(sizeof(float) * (size_t)vocab);
     void *scratch = qlt_xmalloc(qlt_sample_scratch_bytes(vocab));
-    if (rc == 0) rc = qlt_decoder_step(&d, ids.data, prompt_len, logits, NULL);
+    if (rc == 0) rc = qlt_kv_decoder_step(&d, ids.data, prompt_len, logits, NULL);
     for (int step = 0; rc == 0 && step < g->max_new_tokens; step++) {
         int32_t next = qlt_sample_next(&g->sample, logits, vocab, ids.data, ids.len, rng, scratch);
         qlt_ids_push(&ids, next);
-        if (step + 1 < g->max_new_tokens) rc = qlt_decoder_step(&d, &next, 1, logits, NULL);
+        if (step + 1 < g->max_new_tokens) rc = qlt_kv_decoder_step(&d, &next, 1, logits, NULL);
     }
     if (rc == 0) {
         printf("{\"ids\": [");
@@ -199,7 +199,7 @@ static int run_prompt_ids(qlt_cli_model *cm, const gen_args *g, qlt_rng *rng) {
     }
     free(scratch);
     free(logits);
-    if (d.be) qlt_decoder_free(&d);
+    if (d.be) qlt_kv_decoder_free(&d);
     qlt_ids_free(&ids);
     return rc;
 }

@@ -7,7 +7,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "data/chat_template.h"
-#include "infer/decoder.h"
+#include "infer/kv_decoder.h"
 
 /* The ids that end a generation: end of text, the template's end of turn, and the usual names of both. */
 typedef struct stop_ids {
@@ -82,15 +82,15 @@ int qlt_generate(const qlt_model *m, const qlt_lora *lora, const qlt_tokenizer *
     collect_stops(tok, o, &stops);
     const int32_t vocab = m->cfg.vocab;
     const int64_t prompt_len = ids.len;
-    qlt_decoder d;
-    if (qlt_decoder_init(&d, m, lora, prompt_len + o->max_new_tokens, 512) != 0) {
+    qlt_kv_decoder d;
+    if (qlt_kv_decoder_init(&d, m, lora, prompt_len + o->max_new_tokens, 512) != 0) {
         qlt_ids_free(&ids);
         return -1;
     }
     float *logits = qlt_xmalloc(sizeof(float) * (size_t)vocab);
     void *scratch = qlt_xmalloc(qlt_sample_scratch_bytes(vocab));
     double t0 = qlt_now_seconds();
-    rc = qlt_decoder_step(&d, ids.data, prompt_len, logits, NULL);
+    rc = qlt_kv_decoder_step(&d, ids.data, prompt_len, logits, NULL);
     double t1 = qlt_now_seconds();
     out->prompt_tokens = prompt_len;
     out->prefill_s = t1 - t0;
@@ -105,7 +105,7 @@ int qlt_generate(const qlt_model *m, const qlt_lora *lora, const qlt_tokenizer *
         qlt_ids_push(&ids, next);
         out->new_tokens++;
         if (stream) rc = stream_text(tok, ids.data + prompt_len, out->new_tokens, &printed, 0, stream);
-        if (rc == 0 && step + 1 < o->max_new_tokens) rc = qlt_decoder_step(&d, &next, 1, logits, NULL);
+        if (rc == 0 && step + 1 < o->max_new_tokens) rc = qlt_kv_decoder_step(&d, &next, 1, logits, NULL);
     }
     out->decode_s = qlt_now_seconds() - t1;
     if (rc == 0 && stream) rc = stream_text(tok, ids.data + prompt_len, out->new_tokens, &printed, 1, stream);
@@ -115,7 +115,7 @@ int qlt_generate(const qlt_model *m, const qlt_lora *lora, const qlt_tokenizer *
     }
     free(scratch);
     free(logits);
-    qlt_decoder_free(&d);
+    qlt_kv_decoder_free(&d);
     qlt_ids_free(&ids);
     return rc;
 }
