@@ -18,7 +18,7 @@ fi
 device=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true)
 [ -n "$device" ] && echo "$device"
 export LD_LIBRARY_PATH="$build_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-groups="embed rmsnorm rope elementwise swiglu fused_norms linear weight_stack lora adapter_fold attention lm_head_loss optimizer graph_capture dequant_cache perf"
+groups="embed rmsnorm rope elementwise swiglu fused_norms linear weight_stack lora adapter_fold attention generation lm_head_loss optimizer graph_capture dequant_cache perf"
 table=$(mktemp)
 summary=$(mktemp)
 status=0

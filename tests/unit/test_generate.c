@@ -13,7 +13,7 @@
 #include "autograd/graph.h"
 #include "common/error.h"
 #include "cpu/backend_cpu.h"
-#include "infer/decoder.h"
+#include "infer/kv_decoder.h"
 #include "infer/sample.h"
 #include "model/forward.h"
 #include "model/lora.h"
@@ -53,13 +53,13 @@ static void gen_model_close(gen_model *g) {
 static float *decode_row(gen_model *g, const int32_t *row, int seq, int prefill, int64_t chunk) {
     const int32_t vocab = g->model.cfg.vocab;
     float *out = malloc(sizeof(float) * (size_t)seq * (size_t)vocab);
-    qlt_decoder d;
-    cr_assert_eq(qlt_decoder_init(&d, &g->model, &g->lora, seq, chunk), 0, "%s", qlt_error());
-    cr_assert_eq(qlt_decoder_step(&d, row, prefill, NULL, out), 0, "%s", qlt_error());
+    qlt_kv_decoder d;
+    cr_assert_eq(qlt_kv_decoder_init(&d, &g->model, &g->lora, seq, chunk), 0, "%s", qlt_error());
+    cr_assert_eq(qlt_kv_decoder_step(&d, row, prefill, NULL, out), 0, "%s", qlt_error());
     for (int t = prefill; t < seq; t++)
-        cr_assert_eq(qlt_decoder_step(&d, row + t, 1, out + (size_t)t * (size_t)vocab, NULL), 0, "%s", qlt_error());
+        cr_assert_eq(qlt_kv_decoder_step(&d, row + t, 1, out + (size_t)t * (size_t)vocab, NULL), 0, "%s", qlt_error());
     cr_assert_eq(d.past, seq);
-    qlt_decoder_free(&d);
+    qlt_kv_decoder_free(&d);
     return out;
 }
 
@@ -147,16 +147,16 @@ Test(generate, decode_matches_forward_on_nf4) {
 Test(generate, decoder_refuses_overflow_and_bad_ids) {
     gen_model g;
     gen_model_open(&g, "tiny-llama", 0);
-    qlt_decoder d;
-    cr_assert_eq(qlt_decoder_init(&d, &g.model, NULL, 4, 4), 0, "%s", qlt_error());
+    qlt_kv_decoder d;
+    cr_assert_eq(qlt_kv_decoder_init(&d, &g.model, NULL, 4, 4), 0, "%s", qlt_error());
     int32_t ids[5] = {1, 2, 3, 4, 5};
-    cr_expect_neq(qlt_decoder_step(&d, ids, 5, NULL, NULL), 0);
+    cr_expect_neq(qlt_kv_decoder_step(&d, ids, 5, NULL, NULL), 0);
     cr_expect(strstr(qlt_error(), "exceed the KV cache"), "%s", qlt_error());
     int32_t bad = g.model.cfg.vocab;
-    cr_expect_neq(qlt_decoder_step(&d, &bad, 1, NULL, NULL), 0);
+    cr_expect_neq(qlt_kv_decoder_step(&d, &bad, 1, NULL, NULL), 0);
     cr_expect(strstr(qlt_error(), "outside the model's vocabulary"), "%s", qlt_error());
     cr_expect_eq(d.past, 0, "a refused step leaves the cache as it was");
-    qlt_decoder_free(&d);
+    qlt_kv_decoder_free(&d);
     gen_model_close(&g);
 }
 

@@ -1,10 +1,10 @@
-/* decoder.c: generation's forward with a KV cache (see decoder.h). Per layer, for the n new tokens:
+/* kv_decoder.c: generation's forward with a KV cache (see kv_decoder.h). Per layer, for the n new tokens:
  *   xn = rmsnorm(x); q, k, v = xn W^T (+bias) (+LoRA), k and v written straight into the cache rows
  *   past .. past+n-1; [q/k head norm +] rope at positions past + i; attn = attention_decode(q, cache);
  *   x2 = x + attn W_o^T (+LoRA), xn = rmsnorm(x2) (one fused op); gu = xn [W_gate; W_up]^T (+LoRA);
  *   x = x2 + swiglu(gu) W_down^T (+LoRA).
  * The last token's hidden state goes through the final norm and the lm_head. */
-#include "infer/decoder.h"
+#include "infer/kv_decoder.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,7 @@ static void *alloc_or_null(qlt_backend *be, size_t bytes, int *failed, size_t *t
     return p;
 }
 
-int qlt_decoder_init(qlt_decoder *d, const qlt_model *m, const qlt_lora *lora, int64_t max_len, int64_t max_chunk) {
+int qlt_kv_decoder_init(qlt_kv_decoder *d, const qlt_model *m, const qlt_lora *lora, int64_t max_len, int64_t max_chunk) {
     memset(d, 0, sizeof *d);
     const qlt_model_config *c = &m->cfg;
     qlt_backend *be = m->be;
@@ -60,7 +60,7 @@ int qlt_decoder_init(qlt_decoder *d, const qlt_model *m, const qlt_lora *lora, i
     d->ids = alloc_or_null(be, sizeof(int32_t) * (size_t)max_chunk, &failed, &total);
     d->pos = alloc_or_null(be, sizeof(int32_t) * (size_t)max_chunk, &failed, &total);
     if (failed) {
-        qlt_decoder_free(d);
+        qlt_kv_decoder_free(d);
         return qlt_fail("generate: out of %s memory for a KV cache of %lld tokens (%.2f GiB with the work buffers): "
                         "use a shorter prompt or --max-new-tokens", be->name, (long long)max_len,
                         (double)total / 1073741824.0);
@@ -68,9 +68,9 @@ int qlt_decoder_init(qlt_decoder *d, const qlt_model *m, const qlt_lora *lora, i
     return 0;
 }
 
-void qlt_decoder_reset(qlt_decoder *d) { d->past = 0; }
+void qlt_kv_decoder_reset(qlt_kv_decoder *d) { d->past = 0; }
 
-void qlt_decoder_free(qlt_decoder *d) {
+void qlt_kv_decoder_free(qlt_kv_decoder *d) {
     if (!d->be) return;
     qlt_backend *be = d->be;
     const int layers = d->m->cfg.n_layers;
@@ -88,7 +88,7 @@ void qlt_decoder_free(qlt_decoder *d) {
 }
 
 /* The site of layer l's projection p writing into y (row stride ld), or 0 when p carries no adapter. */
-static int lora_site(const qlt_decoder *d, int l, qlt_proj p, void *y, int64_t ld, qlt_lora_site *site) {
+static int lora_site(const qlt_kv_decoder *d, int l, qlt_proj p, void *y, int64_t ld, qlt_lora_site *site) {
     const qlt_lora *lora = d->lora;
     if (!lora || !lora->slots[l][p].active) return 0;
     const qlt_lora_slot *s = &lora->slots[l][p];
@@ -103,7 +103,7 @@ static int lora_site(const qlt_decoder *d, int l, qlt_proj p, void *y, int64_t l
 
 /* y_i += scale u_i B_i^T for the adapters among the k projections first.. of layer l that read x [n, in] (x A^T
  * once for all of them). */
-static void add_adapters(qlt_decoder *d, int l, qlt_proj first, int k, void *const *ys, const int64_t *lds,
+static void add_adapters(qlt_kv_decoder *d, int l, qlt_proj first, int k, void *const *ys, const int64_t *lds,
                          const void *x, int64_t n, int64_t in) {
     qlt_lora_site sites[3];
     int count = 0;
@@ -114,7 +114,7 @@ static void add_adapters(qlt_decoder *d, int l, qlt_proj first, int k, void *con
 
 /* One chunk of n <= max_chunk tokens at positions past .. past+n-1 through every layer; leaves the hidden
  * states in d->x [n, hidden]. */
-static void forward_chunk(qlt_decoder *d, int64_t n) {
+static void forward_chunk(qlt_kv_decoder *d, int64_t n) {
     const qlt_model *m = d->m;
     const qlt_model_config *c = &m->cfg;
     qlt_backend *be = d->be;
@@ -172,7 +172,7 @@ static void forward_chunk(qlt_decoder *d, int64_t n) {
 }
 
 /* logits of row i of d->x into host out [vocab] */
-static void row_logits(qlt_decoder *d, int64_t i, float *out) {
+static void row_logits(qlt_kv_decoder *d, int64_t i, float *out) {
     const qlt_model *m = d->m;
     qlt_backend *be = d->be;
     const int64_t hidden = m->cfg.hidden;
@@ -182,7 +182,7 @@ static void row_logits(qlt_decoder *d, int64_t i, float *out) {
     be->download(be, out, d->logits, sizeof(float) * (size_t)m->cfg.vocab);
 }
 
-int qlt_decoder_step(qlt_decoder *d, const int32_t *ids, int64_t n, float *logits_last, float *logits_all) {
+int qlt_kv_decoder_step(qlt_kv_decoder *d, const int32_t *ids, int64_t n, float *logits_last, float *logits_all) {
     const int32_t vocab = d->m->cfg.vocab;
     if (n < 1) return qlt_fail("generate: a step needs at least one token");
     if (d->past + n > d->max_len)
