@@ -17,8 +17,9 @@ Writes:
                                 undone) and of the embedding, with Hugging Face names and layout
   tiny-qwen2.bf16.gguf, tiny-qwen3.bf16.gguf   the BF16 fixtures (model.bf16.safetensors), 1-D tensors F32
                                 (as llama.cpp writes norms and biases); qwen2's with general.alignment 64
-  tok-qwen2style.gguf, tok-llama3style.gguf    tokenizer metadata only (tokens, token types, merges,
-                                pre-tokenizer name, eos/pad ids, chat template), as the converter writes it
+  tok-qwen2style.gguf, tok-llama3style.gguf, tok-smollm2.gguf   tokenizer metadata only (tokens, token
+                                types, merges, pre-tokenizer name, eos/pad ids, chat template), as the
+                                converter writes it
 """
 import json
 import os
@@ -231,7 +232,7 @@ def write_model(out, fixture, arch, weights_file, suffix, qtypes=None, alignment
 
 # ---- tokenizers ----
 
-def write_tokenizer(out, fixture, arch, pre, chat_template):
+def write_tokenizer(out, fixture, arch, pre, chat_template, eos="<|endoftext|>", pad="<|im_end|>"):
     tj = json.load(open(os.path.join(FIXTURES, fixture, "tokenizer.json")))
     vocab = tj["model"]["vocab"]
     added = {a["id"]: a for a in tj["added_tokens"]}
@@ -255,9 +256,8 @@ def write_tokenizer(out, fixture, arch, pre, chat_template):
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(merges)
-    eos = tokens.index("<|endoftext|>")
-    w.add_eos_token_id(eos)
-    w.add_pad_token_id(tokens.index("<|im_end|>"))
+    w.add_eos_token_id(tokens.index(eos))
+    w.add_pad_token_id(tokens.index(pad))
     w.add_chat_template(chat_template)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -285,6 +285,7 @@ def main():
     write_model(out, "tiny-qwen3", "qwen3", "model.bf16.safetensors", "bf16")
     write_tokenizer(out, "tok-qwen2style", "qwen2", "qwen2", CHATML)
     write_tokenizer(out, "tok-llama3style", "llama", "llama-bpe", LLAMA3)
+    write_tokenizer(out, "tok-smollm2", "llama", "smollm", CHATML, eos="<|im_end|>", pad="<|im_end|>")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
  * of the CLI (train/eval, inspect, tokenize).
  *   - tok-qwen2style.gguf / tok-llama3style.gguf (scripts/gguf_fixtures.py: the fixtures' tokenizer.json
  *     written as llama.cpp's converter writes it) encode every text of golden_dev.json to the same ids as
- *     the tokenizer.json the pre-tokenizer name stands for (exact ids, no tolerance);
+ *     the tokenizer.json the pre-tokenizer name stands for; tok-smollm2.gguf encodes and decodes as
+ *     Hugging Face tokenizers does SmolLM2's tokenizer.json (exact ids, no tolerance);
  *   - each tokenizer.ggml.pre name becomes the documented normalizer / pre-tokenizer, token types become
  *     vocabulary, special and non-special added tokens, unused fillers are dropped;
  *   - eos / pad ids and the chat template's name come from the metadata;
@@ -114,6 +115,54 @@ Test(gguf_tokenizer, llama_bpe_encodes_as_llama3_tokenizer_json) {
     qlt_tokenizer_free(tok);
     qlt_tokenizer_free(ref);
     free(path);
+}
+
+/* pre "smollm": Digits one by one, then ByteLevel with GPT-2's regex. Against Hugging Face tokenizers'
+ * own encodings and decodings of SmolLM2's (cut-down) tokenizer.json (tok-smollm2/golden-smollm2.json),
+ * id for id. */
+Test(gguf_tokenizer, smollm_encodes_as_huggingface) {
+    char *path = gguf_fixture("tok-smollm2.gguf"), *gpath = test_fixture_path("tok-smollm2", "golden-smollm2.json");
+    qlt_tokenizer *tok;
+    cr_assert_eq(qlt_gguf_tokenizer_load_file(&tok, path), 0, "%s", qlt_error());
+    char *text;
+    cr_assert_eq(qlt_read_file(gpath, &text, NULL), 0, "%s", qlt_error());
+    cJSON *golden = cJSON_Parse(text);
+    cr_assert(golden);
+    int n_enc = 0, n_dec = 0;
+    for (const cJSON *c = cJSON_GetObjectItem(golden, "encode")->child; c; c = c->next, n_enc++) {
+        const char *s = cJSON_GetObjectItem(c, "text")->valuestring;
+        const cJSON *want = cJSON_GetObjectItem(c, "ids");
+        qlt_ids ids = {0};
+        cr_assert_eq(qlt_tokenizer_encode(tok, s, strlen(s), &ids), 0, "%s", qlt_error());
+        int same = ids.len == cJSON_GetArraySize(want);
+        int64_t k = 0;
+        for (const cJSON *v = want->child; v && same; v = v->next, k++) same = ids.data[k] == v->valueint;
+        cr_expect(same, "\"%.60s\": %lld ids, Hugging Face %d (first difference at %lld)", s, (long long)ids.len,
+                  cJSON_GetArraySize(want), (long long)k - 1);
+        qlt_ids_free(&ids);
+    }
+    for (const cJSON *c = cJSON_GetObjectItem(golden, "decode")->child; c; c = c->next, n_dec++) {
+        const cJSON *in = cJSON_GetObjectItem(c, "ids");
+        int64_t n = cJSON_GetArraySize(in), k = 0;
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+        for (const cJSON *v = in->child; v; v = v->next) ids[k++] = v->valueint;
+        char *out;
+        size_t len;
+        cr_assert_eq(qlt_tokenizer_decode(tok, ids, n, &out, &len), 0, "%s", qlt_error());
+        const char *want = cJSON_GetObjectItem(c, "text")->valuestring;
+        cr_expect(len == strlen(want) && memcmp(out, want, len) == 0, "decode %d: \"%s\" vs \"%s\"", n_dec, out, want);
+        free(out);
+        free(ids);
+    }
+    cr_expect(n_enc >= 20 && n_dec >= 20, "%d encodings, %d decodings", n_enc, n_dec);
+    cr_expect_eq(qlt_tokenizer_eos_id(tok), 0, "eos <|endoftext|> (by name, as with the tokenizer.json)");
+    cr_expect_eq(qlt_tokenizer_pad_id(tok), 2, "pad <|im_end|> (tokenizer.ggml.padding_token_id)");
+    cr_expect_str_eq(qlt_tokenizer_chat_template(tok), "chatml");
+    cJSON_Delete(golden);
+    free(text);
+    free(gpath);
+    free(path);
+    qlt_tokenizer_free(tok);
 }
 
 /* ---- synthetic tokenizer metadata ---- */
