@@ -45,8 +45,9 @@ int qlt_gguf_tensor_name(const char *hf, char *out, size_t size) {
     if (!strcmp(hf, "model.embed_tokens.weight")) return snprintf(out, size, "token_embd.weight"), 1;
     if (!strcmp(hf, "model.norm.weight")) return snprintf(out, size, "output_norm.weight"), 1;
     if (!strcmp(hf, "lm_head.weight")) return snprintf(out, size, "output.weight"), 1;
-    size_t n = strlen(hf);
-    if (n >= 20 && !strcmp(hf + n - 20, "rotary_emb.inv_freq")) return 0; /* recomputed by llama.cpp */
+    static const char inv_freq[] = "rotary_emb.inv_freq";
+    size_t n = strlen(hf), k = sizeof inv_freq - 1;
+    if (n >= k && !strcmp(hf + n - k, inv_freq)) return 0; /* recomputed by llama.cpp */
     int layer, at = 0;
     if (sscanf(hf, "model.layers.%d.%n", &layer, &at) == 1 && at > 0 && layer >= 0) {
         for (size_t i = 0; i < sizeof layer_names / sizeof *layer_names; i++) {
@@ -175,9 +176,8 @@ static int plan_tensors(const qlt_merge *m, qlt_gguf_type type, planned **out, i
         for (int d = 0; d < x->ndim; d++) t->ne[d] = x->shape[x->ndim - 1 - d];
         t->type = x->ndim == 1 ? QLT_GGUF_F32 : type;
         if (t->type == QLT_GGUF_Q8_0 && t->ne[0] % QLT_GGUF_Q8_0_BLOCK != 0) t->type = QLT_GGUF_F16;
-        size_t len = strlen(x->name);
         int is_q = strstr(x->name, ".self_attn.q_proj.") != NULL, is_k = strstr(x->name, ".self_attn.k_proj.") != NULL;
-        if (llama && (is_q || is_k) && len > 0) t->permute_heads = is_q ? c->n_heads : c->n_kv_heads;
+        if (llama && (is_q || is_k)) t->permute_heads = is_q ? c->n_heads : c->n_kv_heads;
         n++;
     }
     if (c->rope_type == QLT_ROPE_LLAMA3) {
