@@ -292,8 +292,12 @@ int qlt_cmd_merge(int argc, char **argv) {
         free(rest);
         return qlt_cli_report_error();
     }
+    char *out = a.out ? qlt_xstrdup(a.out) : NULL; /* "dir/" names dir: its temporary is a sibling, not inside */
+    for (size_t n = out ? strlen(out) : 0; n > 1 && out[n - 1] == '/'; n--) out[n - 1] = '\0';
+    a.out = out;
     if (help) {
         free(rest);
+        free(out);
         usage(stdout);
         return 0;
     }
@@ -303,5 +307,6 @@ int qlt_cmd_merge(int argc, char **argv) {
     if (rc == 0) rc = run_merge(&cfg, &a);
     qlt_config_free(&cfg);
     free(rest);
+    free(out);
     return rc == 0 ? 0 : qlt_cli_report_error();
 }

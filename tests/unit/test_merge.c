@@ -380,7 +380,10 @@ Test(merge, bad_input) {
     /* an empty one is fine */
     char *empty = qlt_path_join(tmp, "empty");
     cr_assert_eq(qlt_mkdirs(empty), 0);
-    free(merge_cli(0, "--config %s --adapter %s --out %s", cfg, adapter, empty));
+    free(merge_cli(0, "--config %s --adapter %s --out %s/", cfg, adapter, empty)); /* a trailing slash too */
+    char *weights = qlt_path_join(empty, "model.safetensors");
+    cr_expect(qlt_file_exists(weights));
+    free(weights);
     /* --out that cannot be created: below a regular file */
     char *unwritable = qlt_path_join(keep, "merged");
     out = merge_cli(1, "--config %s --adapter %s --out %s", cfg, adapter, unwritable);
