@@ -48,8 +48,8 @@ static void print_tokenizer(const qlt_gguf *g) {
         return;
     }
     qlt_gguf_get_string(g, "tokenizer.ggml.pre", &pre, &pre_len);
-    qlt_gguf_get_array(g, "tokenizer.ggml.tokens", QLT_GGUF_STRING, &tokens);
-    qlt_gguf_get_array(g, "tokenizer.ggml.merges", QLT_GGUF_STRING, &merges);
+    qlt_gguf_get_array(g, "tokenizer.ggml.tokens", QLT_GGUF_VAL_STRING, &tokens);
+    qlt_gguf_get_array(g, "tokenizer.ggml.merges", QLT_GGUF_VAL_STRING, &merges);
     qlt_gguf_get_string(g, "tokenizer.chat_template", &tmpl, &tmpl_len);
     const char *chat = "none";
     if (tmpl) {

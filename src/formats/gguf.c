@@ -43,17 +43,17 @@ static const struct {
 };
 #define N_GGML_TYPES (sizeof ggml_types / sizeof ggml_types[0])
 
-static const char *const vtype_names[QLT_GGUF_VTYPE_COUNT] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
+static const char *const vtype_names[QLT_GGUF_VAL_COUNT] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
                                                               "bool", "string", "array", "u64", "i64", "f64"};
 /* Bytes of a scalar value; 0 for string and array (variable). */
-static const uint8_t vtype_bytes[QLT_GGUF_VTYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+static const uint8_t vtype_bytes[QLT_GGUF_VAL_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 
 const char *qlt_ggml_type_name(uint32_t type) {
     return type < N_GGML_TYPES && ggml_types[type].name ? ggml_types[type].name : "unknown";
 }
 int64_t qlt_ggml_type_block(uint32_t type) { return type < N_GGML_TYPES ? ggml_types[type].block : 0; }
 int64_t qlt_ggml_type_block_bytes(uint32_t type) { return type < N_GGML_TYPES ? ggml_types[type].bytes : 0; }
-const char *qlt_gguf_vtype_name(qlt_gguf_vtype t) { return (unsigned)t < QLT_GGUF_VTYPE_COUNT ? vtype_names[t] : "?"; }
+const char *qlt_gguf_vtype_name(qlt_gguf_vtype t) { return (unsigned)t < QLT_GGUF_VAL_COUNT ? vtype_names[t] : "?"; }
 
 /* ---- the cursor: every read checked against the bytes left ---- */
 
@@ -116,8 +116,8 @@ static int read_name(cursor *c, char **out, const char *what) {
 
 /* Bytes the smallest element of type t can take (for bounding an array's count by the bytes left). */
 static uint64_t min_value_bytes(qlt_gguf_vtype t) {
-    if (t == QLT_GGUF_STRING) return 8;
-    if (t == QLT_GGUF_ARRAY) return 12;
+    if (t == QLT_GGUF_VAL_STRING) return 8;
+    if (t == QLT_GGUF_VAL_ARRAY) return 12;
     return vtype_bytes[t];
 }
 
@@ -126,9 +126,9 @@ static int read_vtype(cursor *c, qlt_gguf_vtype *t, const char *key) {
     snprintf(what, sizeof what, "key '%s': value type", key);
     uint32_t v = 0;
     QLT_TRY(read_u32(c, &v, what));
-    if (v >= QLT_GGUF_VTYPE_COUNT)
+    if (v >= QLT_GGUF_VAL_COUNT)
         return qlt_fail("%s: key '%s': unknown value type %u (GGUF defines 0 to %d): the file is damaged or from a "
-                        "newer GGUF version", c->path, key, v, QLT_GGUF_VTYPE_COUNT - 1);
+                        "newer GGUF version", c->path, key, v, QLT_GGUF_VAL_COUNT - 1);
     *t = (qlt_gguf_vtype)v;
     return 0;
 }
@@ -152,13 +152,13 @@ static int read_array_header(cursor *c, int depth, const char *key, qlt_gguf_vty
 
 static int skip_value(cursor *c, qlt_gguf_vtype t, int depth, const char *key) {
     char what[MAX_NAME_BYTES + 64];
-    if (t == QLT_GGUF_STRING) {
+    if (t == QLT_GGUF_VAL_STRING) {
         const char *s;
         uint64_t len;
         snprintf(what, sizeof what, "key '%s': string value", key);
         return read_string(c, &s, &len, what);
     }
-    if (t == QLT_GGUF_ARRAY) {
+    if (t == QLT_GGUF_VAL_ARRAY) {
         qlt_gguf_vtype elem;
         uint64_t count;
         QLT_TRY(read_array_header(c, depth, key, &elem, &count));
@@ -214,7 +214,7 @@ static int parse_kvs(qlt_gguf *g, cursor *c, uint64_t n_kv) {
         g->n_kv++;
         QLT_TRY(read_vtype(c, &kv->type, kv->key));
         kv->count = 1;
-        if (kv->type == QLT_GGUF_ARRAY) {
+        if (kv->type == QLT_GGUF_VAL_ARRAY) {
             QLT_TRY(read_array_header(c, 0, kv->key, &kv->elem_type, &kv->count));
             kv->data = c->base + c->pos;
             if (vtype_bytes[kv->elem_type]) c->pos += kv->count * vtype_bytes[kv->elem_type];
@@ -323,8 +323,8 @@ static int read_alignment(qlt_gguf *g) {
     const qlt_gguf_kv *kv = qlt_gguf_find_kv(g, "general.alignment");
     if (!kv) return 0;
     int64_t a;
-    if (kv->type == QLT_GGUF_ARRAY || kv->type == QLT_GGUF_STRING || kv->type == QLT_GGUF_F32 ||
-        kv->type == QLT_GGUF_F64 || kv->type == QLT_GGUF_BOOL || qlt_gguf_get_int(g, "general.alignment", 0, &a) < 0)
+    if (kv->type == QLT_GGUF_VAL_ARRAY || kv->type == QLT_GGUF_VAL_STRING || kv->type == QLT_GGUF_VAL_F32 ||
+        kv->type == QLT_GGUF_VAL_F64 || kv->type == QLT_GGUF_VAL_BOOL || qlt_gguf_get_int(g, "general.alignment", 0, &a) < 0)
         return qlt_fail("%s: key 'general.alignment' is a %s; it must be an unsigned integer (a power of two)", g->path,
                         vtype_names[kv->type]);
     if (a <= 0 || (a & (a - 1)) != 0)
@@ -468,14 +468,14 @@ const qlt_gguf_tensor *qlt_gguf_find_tensor(const qlt_gguf *g, const char *name)
 static int64_t scalar_int(qlt_gguf_vtype t, const uint8_t *p, int *ok) {
     *ok = 1;
     switch (t) {
-    case QLT_GGUF_U8: case QLT_GGUF_BOOL: return p[0];
-    case QLT_GGUF_I8: return (int8_t)p[0];
-    case QLT_GGUF_U16: { uint16_t v; memcpy(&v, p, 2); return v; }
-    case QLT_GGUF_I16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case QLT_GGUF_U32: { uint32_t v; memcpy(&v, p, 4); return v; }
-    case QLT_GGUF_I32: { int32_t v; memcpy(&v, p, 4); return v; }
-    case QLT_GGUF_I64: { int64_t v; memcpy(&v, p, 8); return v; }
-    case QLT_GGUF_U64: {
+    case QLT_GGUF_VAL_U8: case QLT_GGUF_VAL_BOOL: return p[0];
+    case QLT_GGUF_VAL_I8: return (int8_t)p[0];
+    case QLT_GGUF_VAL_U16: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case QLT_GGUF_VAL_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case QLT_GGUF_VAL_U32: { uint32_t v; memcpy(&v, p, 4); return v; }
+    case QLT_GGUF_VAL_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case QLT_GGUF_VAL_I64: { int64_t v; memcpy(&v, p, 8); return v; }
+    case QLT_GGUF_VAL_U64: {
         uint64_t v;
         memcpy(&v, p, 8);
         if (v > (uint64_t)INT64_MAX) *ok = 0;
@@ -486,13 +486,13 @@ static int64_t scalar_int(qlt_gguf_vtype t, const uint8_t *p, int *ok) {
 }
 
 static int is_integer(qlt_gguf_vtype t) {
-    return t == QLT_GGUF_U8 || t == QLT_GGUF_I8 || t == QLT_GGUF_U16 || t == QLT_GGUF_I16 || t == QLT_GGUF_U32 ||
-           t == QLT_GGUF_I32 || t == QLT_GGUF_U64 || t == QLT_GGUF_I64;
+    return t == QLT_GGUF_VAL_U8 || t == QLT_GGUF_VAL_I8 || t == QLT_GGUF_VAL_U16 || t == QLT_GGUF_VAL_I16 || t == QLT_GGUF_VAL_U32 ||
+           t == QLT_GGUF_VAL_I32 || t == QLT_GGUF_VAL_U64 || t == QLT_GGUF_VAL_I64;
 }
 
 static int wrong_type(const qlt_gguf *g, const qlt_gguf_kv *kv, const char *want) {
     return qlt_fail("%s: key '%s' is a %s%s%s; expected %s", g->path, kv->key, vtype_names[kv->type],
-                    kv->type == QLT_GGUF_ARRAY ? " of " : "", kv->type == QLT_GGUF_ARRAY ? vtype_names[kv->elem_type] : "",
+                    kv->type == QLT_GGUF_VAL_ARRAY ? " of " : "", kv->type == QLT_GGUF_VAL_ARRAY ? vtype_names[kv->elem_type] : "",
                     want);
 }
 
@@ -512,11 +512,11 @@ int qlt_gguf_get_float(const qlt_gguf *g, const char *key, double def, double *o
     const qlt_gguf_kv *kv = qlt_gguf_find_kv(g, key);
     *out = def;
     if (!kv) return 0;
-    if (kv->type == QLT_GGUF_F32) {
+    if (kv->type == QLT_GGUF_VAL_F32) {
         float v;
         memcpy(&v, kv->data, 4);
         *out = v;
-    } else if (kv->type == QLT_GGUF_F64) {
+    } else if (kv->type == QLT_GGUF_VAL_F64) {
         memcpy(out, kv->data, 8);
     } else if (is_integer(kv->type)) {
         int ok;
@@ -531,7 +531,7 @@ int qlt_gguf_get_bool(const qlt_gguf *g, const char *key, int def, int *out) {
     const qlt_gguf_kv *kv = qlt_gguf_find_kv(g, key);
     *out = def;
     if (!kv) return 0;
-    if (kv->type != QLT_GGUF_BOOL) return wrong_type(g, kv, "a bool");
+    if (kv->type != QLT_GGUF_VAL_BOOL) return wrong_type(g, kv, "a bool");
     *out = kv->data[0] != 0;
     return 1;
 }
@@ -541,7 +541,7 @@ int qlt_gguf_get_string(const qlt_gguf *g, const char *key, const char **s, uint
     *s = NULL;
     *len = 0;
     if (!kv) return 0;
-    if (kv->type != QLT_GGUF_STRING) return wrong_type(g, kv, "a string");
+    if (kv->type != QLT_GGUF_VAL_STRING) return wrong_type(g, kv, "a string");
     memcpy(len, kv->data, 8);
     *s = (const char *)kv->data + 8;
     return 1;
@@ -551,9 +551,9 @@ int qlt_gguf_get_array(const qlt_gguf *g, const char *key, qlt_gguf_vtype elem, 
     const qlt_gguf_kv *kv = qlt_gguf_find_kv(g, key);
     *out = NULL;
     if (!kv) return 0;
-    if (kv->type != QLT_GGUF_ARRAY || (elem != QLT_GGUF_VTYPE_COUNT && kv->elem_type != elem)) {
+    if (kv->type != QLT_GGUF_VAL_ARRAY || (elem != QLT_GGUF_VAL_COUNT && kv->elem_type != elem)) {
         char want[32];
-        snprintf(want, sizeof want, "an array of %s", elem == QLT_GGUF_VTYPE_COUNT ? "values" : vtype_names[elem]);
+        snprintf(want, sizeof want, "an array of %s", elem == QLT_GGUF_VAL_COUNT ? "values" : vtype_names[elem]);
         return wrong_type(g, kv, want);
     }
     *out = kv;
@@ -567,14 +567,14 @@ void qlt_gguf_next_string(const uint8_t **p, const char **s, uint64_t *len) {
 }
 
 int64_t qlt_gguf_array_int(const qlt_gguf_kv *kv, uint64_t i) {
-    QLT_ASSERT(kv->type == QLT_GGUF_ARRAY && i < kv->count && vtype_bytes[kv->elem_type] > 0);
+    QLT_ASSERT(kv->type == QLT_GGUF_VAL_ARRAY && i < kv->count && vtype_bytes[kv->elem_type] > 0);
     const uint8_t *p = kv->data + i * vtype_bytes[kv->elem_type];
-    if (kv->elem_type == QLT_GGUF_F32) {
+    if (kv->elem_type == QLT_GGUF_VAL_F32) {
         float v;
         memcpy(&v, p, 4);
         return (int64_t)v;
     }
-    if (kv->elem_type == QLT_GGUF_F64) {
+    if (kv->elem_type == QLT_GGUF_VAL_F64) {
         double v;
         memcpy(&v, p, 8);
         return (int64_t)v;
@@ -584,14 +584,14 @@ int64_t qlt_gguf_array_int(const qlt_gguf_kv *kv, uint64_t i) {
 }
 
 double qlt_gguf_array_float(const qlt_gguf_kv *kv, uint64_t i) {
-    QLT_ASSERT(kv->type == QLT_GGUF_ARRAY && i < kv->count && vtype_bytes[kv->elem_type] > 0);
+    QLT_ASSERT(kv->type == QLT_GGUF_VAL_ARRAY && i < kv->count && vtype_bytes[kv->elem_type] > 0);
     const uint8_t *p = kv->data + i * vtype_bytes[kv->elem_type];
-    if (kv->elem_type == QLT_GGUF_F32) {
+    if (kv->elem_type == QLT_GGUF_VAL_F32) {
         float v;
         memcpy(&v, p, 4);
         return v;
     }
-    if (kv->elem_type == QLT_GGUF_F64) {
+    if (kv->elem_type == QLT_GGUF_VAL_F64) {
         double v;
         memcpy(&v, p, 8);
         return v;

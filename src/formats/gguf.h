@@ -21,20 +21,20 @@
 
 /* Value types of the key/value section, numbered as the file stores them. */
 typedef enum qlt_gguf_vtype {
-    QLT_GGUF_U8 = 0,
-    QLT_GGUF_I8 = 1,
-    QLT_GGUF_U16 = 2,
-    QLT_GGUF_I16 = 3,
-    QLT_GGUF_U32 = 4,
-    QLT_GGUF_I32 = 5,
-    QLT_GGUF_F32 = 6,
-    QLT_GGUF_BOOL = 7,
-    QLT_GGUF_STRING = 8,
-    QLT_GGUF_ARRAY = 9,
-    QLT_GGUF_U64 = 10,
-    QLT_GGUF_I64 = 11,
-    QLT_GGUF_F64 = 12,
-    QLT_GGUF_VTYPE_COUNT
+    QLT_GGUF_VAL_U8 = 0,
+    QLT_GGUF_VAL_I8 = 1,
+    QLT_GGUF_VAL_U16 = 2,
+    QLT_GGUF_VAL_I16 = 3,
+    QLT_GGUF_VAL_U32 = 4,
+    QLT_GGUF_VAL_I32 = 5,
+    QLT_GGUF_VAL_F32 = 6,
+    QLT_GGUF_VAL_BOOL = 7,
+    QLT_GGUF_VAL_STRING = 8,
+    QLT_GGUF_VAL_ARRAY = 9,
+    QLT_GGUF_VAL_U64 = 10,
+    QLT_GGUF_VAL_I64 = 11,
+    QLT_GGUF_VAL_F64 = 12,
+    QLT_GGUF_VAL_COUNT
 } qlt_gguf_vtype;
 
 /* ggml tensor types this reader dequantizes (numbered as ggml numbers them); other ggml types are
@@ -103,7 +103,7 @@ int qlt_gguf_get_float(const qlt_gguf *g, const char *key, double def, double *o
 int qlt_gguf_get_bool(const qlt_gguf *g, const char *key, int def, int *out);
 /* A string value: *s points into the map (not NUL-terminated), *len its bytes; absent: *s = NULL, *len = 0. */
 int qlt_gguf_get_string(const qlt_gguf *g, const char *key, const char **s, uint64_t *len);
-/* An array whose elements have type elem (QLT_GGUF_VTYPE_COUNT: any): *out the kv, NULL when absent. */
+/* An array whose elements have type elem (QLT_GGUF_VAL_COUNT: any): *out the kv, NULL when absent. */
 int qlt_gguf_get_array(const qlt_gguf *g, const char *key, qlt_gguf_vtype elem, const qlt_gguf_kv **out);
 
 /* Walks a string array: *p starts at kv->data; each call sets *s, *len to the next element and advances

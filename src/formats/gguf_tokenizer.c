@@ -139,14 +139,14 @@ int qlt_gguf_tokenizer_json(const qlt_gguf *g, char **json, char **config_json) 
     const pre_spec *pre = find_pre(g);
     if (!pre) return -1;
     const qlt_gguf_kv *tok_kv, *type_kv, *merge_kv;
-    if (qlt_gguf_get_array(g, "tokenizer.ggml.tokens", QLT_GGUF_STRING, &tok_kv) < 0 ||
-        qlt_gguf_get_array(g, "tokenizer.ggml.token_type", QLT_GGUF_VTYPE_COUNT, &type_kv) < 0 ||
-        qlt_gguf_get_array(g, "tokenizer.ggml.merges", QLT_GGUF_STRING, &merge_kv) < 0)
+    if (qlt_gguf_get_array(g, "tokenizer.ggml.tokens", QLT_GGUF_VAL_STRING, &tok_kv) < 0 ||
+        qlt_gguf_get_array(g, "tokenizer.ggml.token_type", QLT_GGUF_VAL_COUNT, &type_kv) < 0 ||
+        qlt_gguf_get_array(g, "tokenizer.ggml.merges", QLT_GGUF_VAL_STRING, &merge_kv) < 0)
         return -1;
     if (!tok_kv || tok_kv->count == 0) return qlt_fail("%s: tokenizer.ggml.tokens is missing or empty", g->path);
     if (!merge_kv) return qlt_fail("%s: tokenizer.ggml.merges is missing (a BPE tokenizer needs them)", g->path);
-    if (type_kv && (type_kv->count != tok_kv->count || type_kv->elem_type == QLT_GGUF_STRING ||
-                    type_kv->elem_type == QLT_GGUF_ARRAY))
+    if (type_kv && (type_kv->count != tok_kv->count || type_kv->elem_type == QLT_GGUF_VAL_STRING ||
+                    type_kv->elem_type == QLT_GGUF_VAL_ARRAY))
         return qlt_fail("%s: tokenizer.ggml.token_type must hold one integer per token (%llu tokens, %llu %s values)",
                         g->path, (unsigned long long)tok_kv->count, (unsigned long long)type_kv->count,
                         qlt_gguf_vtype_name(type_kv->elem_type));

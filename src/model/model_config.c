@@ -325,7 +325,7 @@ int qlt_model_config_from_gguf(qlt_model_config *mc, const qlt_gguf *g) {
     QLT_TRY(gguf_rope(mc, g, arch));
     /* the vocabulary: the token list when there is one (llama.cpp pads it to the embedding's rows) */
     const qlt_gguf_kv *tokens;
-    if (qlt_gguf_get_array(g, "tokenizer.ggml.tokens", QLT_GGUF_STRING, &tokens) < 0) return -1;
+    if (qlt_gguf_get_array(g, "tokenizer.ggml.tokens", QLT_GGUF_VAL_STRING, &tokens) < 0) return -1;
     int64_t vocab = tokens ? (int64_t)tokens->count : 0;
     char key[128];
     snprintf(key, sizeof key, "%s.vocab_size", arch);

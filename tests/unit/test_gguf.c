@@ -122,10 +122,10 @@ Test(gguf, reads_every_value_type) {
     cr_expect_eq(qlt_gguf_get_string(&g, "general.architecture", &s, &len), 1);
     cr_expect(len == 5 && memcmp(s, "llama", 5) == 0);
     const qlt_gguf_kv *kv;
-    cr_expect_eq(qlt_gguf_get_array(&g, "test.array_i32", QLT_GGUF_I32, &kv), 1);
+    cr_expect_eq(qlt_gguf_get_array(&g, "test.array_i32", QLT_GGUF_VAL_I32, &kv), 1);
     cr_assert(kv && kv->count == 3);
     cr_expect(qlt_gguf_array_int(kv, 0) == 1 && qlt_gguf_array_int(kv, 1) == -2 && qlt_gguf_array_int(kv, 2) == 3);
-    cr_expect_eq(qlt_gguf_get_array(&g, "test.array_str", QLT_GGUF_STRING, &kv), 1);
+    cr_expect_eq(qlt_gguf_get_array(&g, "test.array_str", QLT_GGUF_VAL_STRING, &kv), 1);
     cr_assert(kv && kv->count == 3);
     const uint8_t *p = kv->data;
     const char *want_s[] = {"a", "bc", ""};
@@ -133,7 +133,7 @@ Test(gguf, reads_every_value_type) {
         qlt_gguf_next_string(&p, &s, &len);
         cr_expect(len == strlen(want_s[i]) && memcmp(s, want_s[i], len) == 0, "element %d", i);
     }
-    cr_expect_eq(qlt_gguf_get_array(&g, "test.array_nested", QLT_GGUF_ARRAY, &kv), 1);
+    cr_expect_eq(qlt_gguf_get_array(&g, "test.array_nested", QLT_GGUF_VAL_ARRAY, &kv), 1);
     cr_expect(kv && kv->count == 2);
     /* absent keys give the default; wrong types name the file and key */
     cr_expect_eq(qlt_gguf_get_int(&g, "test.absent", 7, &v), 0);
@@ -142,7 +142,7 @@ Test(gguf, reads_every_value_type) {
     cr_expect(strstr(qlt_error(), path) && strstr(qlt_error(), "test.string") && strstr(qlt_error(), "integer"), "%s",
               qlt_error());
     cr_expect_eq(qlt_gguf_get_string(&g, "test.u8", &s, &len), -1);
-    cr_expect_eq(qlt_gguf_get_array(&g, "test.array_str", QLT_GGUF_I32, &kv), -1);
+    cr_expect_eq(qlt_gguf_get_array(&g, "test.array_str", QLT_GGUF_VAL_I32, &kv), -1);
     cr_expect(strstr(qlt_error(), "array of string"), "%s", qlt_error());
     cr_expect(qlt_gguf_find_tensor(&g, "t.q4_k") != NULL);
     cr_expect(qlt_gguf_find_tensor(&g, "t.nope") == NULL);
@@ -200,16 +200,16 @@ static gbuf build(const spec *s) {
     put_u64(&b, s->n_tensors_field ? s->n_tensors_field : (uint64_t)s->n_tensors);
     put_u64(&b, s->n_kv_field ? s->n_kv_field : (uint64_t)n_kv);
     put_str(&b, "general.architecture");
-    put_u32(&b, QLT_GGUF_STRING);
+    put_u32(&b, QLT_GGUF_VAL_STRING);
     put_str(&b, "llama");
     if (s->alignment_kv > 0) {
         put_str(&b, "general.alignment");
-        put_u32(&b, QLT_GGUF_U32);
+        put_u32(&b, QLT_GGUF_VAL_U32);
         put_u32(&b, (uint32_t)s->alignment_kv);
     }
     if (s->dup_key) {
         put_str(&b, s->dup_key);
-        put_u32(&b, QLT_GGUF_STRING);
+        put_u32(&b, QLT_GGUF_VAL_STRING);
         put_str(&b, "again");
     }
     for (int t = 0; t < s->n_tensors; t++) {
@@ -366,8 +366,8 @@ Test(gguf_bad, huge_counts) {
     put_u64(&b, 0);
     put_u64(&b, 1);
     put_str(&b, "tokenizer.ggml.tokens");
-    put_u32(&b, QLT_GGUF_ARRAY);
-    put_u32(&b, QLT_GGUF_STRING);
+    put_u32(&b, QLT_GGUF_VAL_ARRAY);
+    put_u32(&b, QLT_GGUF_VAL_STRING);
     put_u64(&b, 1ULL << 60);
     put_str(&b, "a");
     cr_expect_eq(open_bytes(b.p, b.n, &g, &dir, &path), -1);

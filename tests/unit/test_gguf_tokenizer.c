@@ -189,7 +189,7 @@ static void put_strn(gbuf *b, const char *s, size_t n) {
 static void put_str(gbuf *b, const char *s) { put_strn(b, s, strlen(s)); }
 static void kv_str(gbuf *b, const char *key, const char *v) {
     put_str(b, key);
-    put_u32(b, QLT_GGUF_STRING);
+    put_u32(b, QLT_GGUF_VAL_STRING);
     put_str(b, v);
 }
 
@@ -209,8 +209,8 @@ static char *write_tokenizer_gguf(const char *model, const char *pre, char **dir
     kv_str(&b, "tokenizer.ggml.model", model);
     if (pre) kv_str(&b, "tokenizer.ggml.pre", pre);
     put_str(&b, "tokenizer.ggml.tokens");
-    put_u32(&b, QLT_GGUF_ARRAY);
-    put_u32(&b, QLT_GGUF_STRING);
+    put_u32(&b, QLT_GGUF_VAL_ARRAY);
+    put_u32(&b, QLT_GGUF_VAL_STRING);
     put_u64(&b, N_TOKENS);
     for (int i = 0; i < 256; i++) {
         uint8_t raw = (uint8_t)i;
@@ -223,20 +223,20 @@ static char *write_tokenizer_gguf(const char *model, const char *pre, char **dir
     put_str(&b, "<user>");
     put_str(&b, "[PAD259]");
     put_str(&b, "tokenizer.ggml.token_type");
-    put_u32(&b, QLT_GGUF_ARRAY);
-    put_u32(&b, QLT_GGUF_I32);
+    put_u32(&b, QLT_GGUF_VAL_ARRAY);
+    put_u32(&b, QLT_GGUF_VAL_I32);
     put_u64(&b, N_TOKENS);
     for (int i = 0; i < N_TOKENS; i++) put_u32(&b, i == ID_EOS ? 3 : i == ID_USER ? 4 : i == ID_PAD ? 5 : 1);
     put_str(&b, "tokenizer.ggml.merges");
-    put_u32(&b, QLT_GGUF_ARRAY);
-    put_u32(&b, QLT_GGUF_STRING);
+    put_u32(&b, QLT_GGUF_VAL_ARRAY);
+    put_u32(&b, QLT_GGUF_VAL_STRING);
     put_u64(&b, 1);
     put_str(&b, "a b");
     put_str(&b, "tokenizer.ggml.eos_token_id");
-    put_u32(&b, QLT_GGUF_U32);
+    put_u32(&b, QLT_GGUF_VAL_U32);
     put_u32(&b, ID_EOS);
     put_str(&b, "tokenizer.ggml.padding_token_id");
-    put_u32(&b, QLT_GGUF_U32);
+    put_u32(&b, QLT_GGUF_VAL_U32);
     put_u32(&b, ID_PAD);
     *dir_out = test_tmpdir();
     char *path = qlt_path_join(*dir_out, "tok.gguf");
