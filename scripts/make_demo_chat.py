@@ -3,7 +3,7 @@
 (examples/data/sotu-2010s.jsonl, public domain): each paragraph that speaks of one of a list of topics becomes a
 conversation in which a user asks the President about that topic and the assistant answers with the paragraph.
 A small instruct model asked such a question answers as a chatbot; after a short LoRA run on these it answers in
-the voice of the addresses, a change a reader sees in one answer. Every tenth conversation goes to the eval file.
+the voice of the addresses, a change a reader sees in one answer. Every twentieth conversation goes to the eval file.
 Deterministic: the same input gives the same files.
 
     python3 scripts/make_demo_chat.py   (writes examples/data/sotu-chat.jsonl and sotu-chat-eval.jsonl)
@@ -34,8 +34,8 @@ def main():
                 q = QUESTIONS[len(convs) % len(QUESTIONS)].format(t=t)
                 convs.append({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": p}]})
                 break
-    train = [c for i, c in enumerate(convs) if i % 10 != 9]
-    evals = [c for i, c in enumerate(convs) if i % 10 == 9]
+    train = [c for i, c in enumerate(convs) if i % 20 != 19]
+    evals = [c for i, c in enumerate(convs) if i % 20 == 19]
     for name, rows in [("sotu-chat.jsonl", train), ("sotu-chat-eval.jsonl", evals)]:
         with open(os.path.join(here, name), "w") as f:
             for c in rows:

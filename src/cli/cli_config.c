@@ -38,7 +38,9 @@ int qlt_cli_load_config(int argc, char **argv, int allow_resume, qlt_cli_args *a
         if (strcmp(argv[i], "--set") == 0) QLT_TRY(qlt_config_set(cfg, argv[i + 1]));
         if (strcmp(argv[i], "--set") == 0 || strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--resume") == 0) i++;
     }
-    return qlt_config_validate(cfg);
+    QLT_TRY(qlt_config_validate(cfg));
+    qlt_config_apply_model_fallback(cfg);
+    return 0;
 }
 
 int qlt_cli_parse_int(const char *flag, const char *v, int min, int max, int *out) {

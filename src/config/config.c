@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 #include <cjson/cJSON.h>
@@ -333,3 +334,15 @@ void qlt_config_fprint_help(FILE *out) {
 }
 
 void qlt_config_print_help(void) { qlt_config_fprint_help(stdout); }
+
+int qlt_config_apply_model_fallback(qlt_config *cfg) {
+    const char *path = cfg->model.path, *fallback = cfg->model.fallback;
+    if (!fallback || !fallback[0] || !path || !path[0]) return 0;
+    const char *file = strncmp(path, "random:", 7) == 0 ? path + 7 : path;
+    if (access(file, F_OK) == 0) return 0;
+    fprintf(stderr, "qlora-train: model.path %s does not exist: using model.fallback %s instead\n", path, fallback);
+    char *swap = cfg->model.path;
+    cfg->model.path = qlt_xstrdup(fallback);
+    free(swap);
+    return 1;
+}

@@ -85,7 +85,8 @@ typedef enum qlt_attention_impl { /* train.attention */
 
 typedef struct qlt_config {
     struct {
-        char *path;        /* model directory (config.json + *.safetensors); "" = built-in demo model */
+        char *path;        /* model directory (config.json + *.safetensors), a .gguf file or random:CONFIG.json */
+        char *fallback;    /* "" or the model.path used when path does not exist */
         qlt_quant quant;   /* nf4 | none */
         int nf4_blocksize; /* 64 */
         int double_quant;  /* 1 */
@@ -137,6 +138,7 @@ typedef struct qlt_config {
         qlt_attention_impl attention; /* auto | own | cudnn (CUDA: whose attention kernels run) */
         float dequant_cache_gib; /* 0 = off: GiB that keep frozen weights dequantized (be->dequant_cache_bytes) */
         int64_t eval_every;  /* 0 = only at the end when data.eval is set */
+        int eval_at_start;   /* 1: a fresh run with eval data also evaluates before step 1 */
         int log_every;       /* 1 */
         int threads;         /* 0 = all cores, for the CPU path */
     } train;
@@ -145,6 +147,8 @@ typedef struct qlt_config {
         int64_t save_every;  /* 0 = only the final adapter */
         int keep_last;       /* 0 = keep every checkpoint */
         int overwrite;       /* 0: a step-0 run refuses a dir holding an earlier run; 1: deletes it first */
+        char *sample_prompt; /* "" = none: answered before training and at the end (samples.jsonl) */
+        int sample_tokens;   /* 96: most new tokens of a sample answer */
     } output;
 } qlt_config;
 
@@ -160,6 +164,9 @@ int qlt_config_load_file(qlt_config *cfg, const char *path);
 int qlt_config_set(qlt_config *cfg, const char *assignment);
 /* Checks cross-key constraints (r > 0, seq_len >= 2, enum fields holding one of their values, ...). */
 int qlt_config_validate(const qlt_config *cfg);
+/* model.fallback: when model.path names nothing that exists and a fallback is set, model.path becomes the fallback
+ * and one line on stderr says so. Returns 1 when it switched, else 0. */
+int qlt_config_apply_model_fallback(qlt_config *cfg);
 /* Writes the effective configuration as JSON (for the run directory and checkpoints). */
 int qlt_config_write_json(const qlt_config *cfg, const char *path);
 /* Prints every key with type, default and help. */

@@ -64,6 +64,9 @@ _Static_assert(sizeof(qlt_quant) == sizeof(int) && sizeof(qlt_data_format) == si
 static const qlt_cfg_entry schema[] = {
     STRING_KEY("model.path", model.path, "\"\"", "base_model|model_name_or_path|model_path|model_dir",
                "model directory (config.json, *.safetensors, tokenizer.json), a llama.cpp .gguf file, or random:CONFIG.json (random weights); required"),
+    STRING_KEY("model.fallback", model.fallback, "\"\"", "fallback_model",
+               "a model.path to use instead, with a one-line notice, when model.path does not exist (the demo: its "
+               "downloaded model, else a random one); \"\" = none: a missing model.path is an error"),
     ENUM_KEY("model.quant", model.quant, "nf4", "nf4, none", quant_values, QLT_QUANT_COUNT,
              "quantization|load_in_4bit|bnb_4bit_quant_type",
              "how the frozen base is stored: nf4 = 4-bit NormalFloat blocks (QLoRA), none = bf16"),
@@ -172,6 +175,9 @@ static const qlt_cfg_entry schema[] = {
              "error where it cannot run"),
     INT64_KEY("train.eval_every", train.eval_every, "0", "[0, inf)", "eval_steps",
               "evaluate every N steps; 0 = only at the end, when there is eval data"),
+    BOOL_KEY("train.eval_at_start", train.eval_at_start, "false", "eval_on_start",
+             "a fresh run with eval data also evaluates before its first step, so the end's eval loss has one to "
+             "compare with (printed as before -> after)"),
     INT_KEY("train.log_every", train.log_every, "1", "[1, inf)", "logging_steps|log_steps",
             "print metrics to stderr every N steps (metrics.jsonl gets every step)"),
     INT_KEY("train.threads", train.threads, "0", "[0, inf)", "num_threads|cpu_threads",
@@ -186,6 +192,11 @@ static const qlt_cfg_entry schema[] = {
     BOOL_KEY("output.overwrite", output.overwrite, "false", "overwrite_output_dir",
              "a run from step 0 into an output.dir that holds an earlier run's checkpoints or final adapter: "
              "false = refuse, true = delete them first"),
+    STRING_KEY("output.sample_prompt", output.sample_prompt, "", "sample_prompt",
+               "a prompt the model answers (greedy; a user turn of the chat template when the tokenizer has one) "
+               "before training and at the end, printed and written to output.dir/samples.jsonl; \"\" = none"),
+    INT_KEY("output.sample_tokens", output.sample_tokens, "96", "[1, 4096]", "sample_max_new_tokens",
+            "most new tokens of each sample answer"),
 };
 
 #define SCHEMA_COUNT ((int64_t)(sizeof schema / sizeof schema[0]))

@@ -8,17 +8,21 @@
 #include <string.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "common/clock.h"
 #include "common/counter_hash.h"
 #include "common/env.h"
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "common/rng.h"
+#include "data/chat_template.h"
 #include "formats/gguf.h"
 #include "formats/gguf_tokenizer.h"
 #include "model/forward.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
+#include "train/run_tokenizer.h"
 
 static uint64_t mix64(uint64_t a, uint64_t b) {
     return qlt_splitmix_finalize(a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2)));
@@ -204,6 +208,21 @@ static int choose_attention(qlt_trainer *t) {
     return 0;
 }
 
+/* output.sample_prompt's tokenizer (before the model loads: a missing file is found at once) and its form: a user
+ * turn of the chat template when the tokenizer has one, else the raw text. */
+static int open_sample_tokenizer(qlt_trainer *t) {
+    const qlt_config *cfg = t->cfg;
+    QLT_TRY(qlt_run_tokenizer_open(cfg, &t->sample_tok));
+    qlt_generate_opts *o = &t->sample_opts;
+    *o = (qlt_generate_opts){cfg->output.sample_tokens, {0.0f, 0, 1.0f, 1.0f}, 0, QLT_CHAT_TEMPLATE_CHATML, NULL};
+    if (qlt_chat_template_resolve(cfg->data.chat_template, t->sample_tok, &o->tmpl) == 0) {
+        o->chat = 1;
+    } else {
+        fprintf(stderr, "qlora-train: output.sample_prompt goes in as raw text (%s)\n", qlt_error());
+    }
+    return 0;
+}
+
 int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mode) {
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
@@ -230,6 +249,10 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         double bytes = (double)cfg->train.dequant_cache_gib * 1073741824.0;
         t->be->dequant_cache_bytes = bytes >= 4e18 ? (int64_t)4e18 : (int64_t)bytes;
     }
+    t->eval_loss_first = t->eval_loss_last = NAN;
+    if (mode == QLT_TRAINER_TRAIN && cfg->output.sample_prompt && cfg->output.sample_prompt[0] &&
+        open_sample_tokenizer(t) != 0)
+        goto fail;
     double load_start = qlt_now_seconds();
     if (load_model_and_adapter(t, mode) != 0) goto fail;
     if (t->model.cfg.sliding_window > 0 && t->seq > t->model.cfg.sliding_window) {
@@ -543,6 +566,8 @@ static int run_eval_and_log(qlt_trainer *t, FILE *metrics) {
     double loss;
     int64_t counted;
     QLT_TRY(qlt_trainer_evaluate(t, &t->eval, &loss, &counted));
+    if (isnan(t->eval_loss_first)) t->eval_loss_first = loss;
+    t->eval_loss_last = loss;
     fprintf(metrics, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_perplexity\": %.9g, \"eval_tokens\": %lld}\n",
             (long long)t->step, loss, exp(loss), (long long)counted);
     fflush(metrics);
@@ -572,6 +597,36 @@ static int truncate_metrics(const char *path, int64_t step) {
     int rc = qlt_write_file_atomic(path, kept, n);
     free(kept);
     free(text);
+    return rc;
+}
+
+/* output.sample_prompt answered by the model as it is now (greedy), printed and appended to samples.jsonl. */
+static int sample_answer(qlt_trainer *t, const char *when) {
+    const qlt_config *cfg = t->cfg;
+    qlt_rng rng;
+    qlt_rng_seed(&rng, cfg->train.seed);
+    qlt_generation g;
+    QLT_TRY(qlt_generate(&t->model, t->has_lora ? &t->lora : NULL, t->sample_tok, &t->sample_opts,
+                         cfg->output.sample_prompt, &rng, NULL, &g));
+    fprintf(stderr, "qlora-train: the sample prompt answered %s (step %lld):\n%s\n", when, (long long)t->step, g.text);
+    char *path = qlt_path_join(cfg->output.dir, "samples.jsonl");
+    FILE *f = fopen(path, t->step == 0 ? "w" : "a");
+    int rc = 0;
+    if (!f) {
+        rc = qlt_fail("%s: cannot write", path);
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "step", (double)t->step);
+        cJSON_AddStringToObject(o, "prompt", cfg->output.sample_prompt);
+        cJSON_AddStringToObject(o, "completion", g.text);
+        char *line = cJSON_PrintUnformatted(o);
+        fprintf(f, "%s\n", line);
+        free(line);
+        cJSON_Delete(o);
+        if (fclose(f) != 0) rc = qlt_fail("%s: write failed", path);
+    }
+    free(path);
+    qlt_generation_free(&g);
     return rc;
 }
 
@@ -608,6 +663,8 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
     fprintf(stderr, "qlora-train: %s backend, %lld trainable parameters, %lld rows of %d tokens, %lld steps\n",
             t->be->name, (long long)t->lora.n_params, (long long)t->train.n_rows, t->seq, (long long)t->total_steps);
     int rc = 0;
+    if (t->step == 0 && cfg->train.eval_at_start && t->eval.n_rows > 0) rc = run_eval_and_log(t, metrics);
+    if (rc == 0 && t->step == 0 && t->sample_tok) rc = sample_answer(t, "before training");
     qlt_step_metrics m;
     while (t->step < t->total_steps && rc == 0) {
         rc = qlt_trainer_step(t, &m);
@@ -634,10 +691,17 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
     if (rc == 0 && t->eval.n_rows > 0 && !(cfg->train.eval_every > 0 && t->step % cfg->train.eval_every == 0))
         rc = run_eval_and_log(t, metrics);
     fclose(metrics);
+    if (rc == 0 && t->sample_tok) rc = sample_answer(t, "after training");
     if (rc != 0) return rc;
     char *final_dir = qlt_path_join(cfg->output.dir, "final");
     rc = qlt_adapter_save(t, final_dir);
     if (rc == 0) fprintf(stderr, "qlora-train: adapter written to %s\n", final_dir);
+    if (rc == 0 && !isnan(t->eval_loss_first) && t->eval_loss_first != t->eval_loss_last)
+        fprintf(stderr, "qlora-train: eval loss %.4f -> %.4f (perplexity %.2f -> %.2f)\n", t->eval_loss_first,
+                t->eval_loss_last, exp(t->eval_loss_first), exp(t->eval_loss_last));
+    if (rc == 0 && t->sample_tok)
+        fprintf(stderr, "qlora-train: both answers are in %s/samples.jsonl; ask more with `qlora-train generate "
+                        "--config CONFIG --adapter %s --prompt ...`\n", cfg->output.dir, final_dir);
     free(final_dir);
     return rc;
 }
@@ -659,6 +723,7 @@ void qlt_trainer_free(qlt_trainer *t) {
     }
     qlt_dataset_free(&t->train);
     qlt_dataset_free(&t->eval);
+    if (t->sample_tok) qlt_tokenizer_free(t->sample_tok);
     free(t->stage_ids);
     free(t->stage_labels);
     free(t->stage_seg);

@@ -11,6 +11,7 @@
 #include "autograd/graph.h"
 #include "config/config.h"
 #include "data/dataset.h"
+#include "infer/generate.h"
 #include "model/lora.h"
 #include "model/model.h"
 #include "optim/schedule.h"
@@ -75,6 +76,10 @@ typedef struct qlt_trainer {
     int eager_first_done;    /* train.dequant_cache_gib: the eager step before the capture has run */
     qlt_step_metrics in_flight[2];
     double last_done;
+    /* output.sample_prompt: the tokenizer and how the prompt is put (chat user turn or raw) */
+    qlt_tokenizer *sample_tok;
+    qlt_generate_opts sample_opts;
+    double eval_loss_first, eval_loss_last; /* this run's first and last eval losses (NAN: none yet) */
 } qlt_trainer;
 
 

@@ -348,7 +348,7 @@ Test(config, unknown_key_suggests_nearest) {
 
 Test(config, unknown_key_lists_section_keys_when_nothing_is_close) {
     expect_load_error("far.yaml", "output:\n  zzzzzzzzzz: 1\n",
-                      ":2: unknown key 'output.zzzzzzzzzz' (valid keys in output: dir, save_every, keep_last, overwrite)");
+                      ":2: unknown key 'output.zzzzzzzzzz' (valid keys in output: dir, save_every, keep_last, overwrite, sample_prompt, sample_tokens)");
 }
 
 Test(config, unknown_section) {
@@ -914,4 +914,22 @@ Test(config, edit_distance) {
     cr_assert_eq(qlt_edit_distance("dropuot", "dropout"), 1); /* a swap costs one */
     cr_assert_eq(qlt_edit_distance("Learning-Rate", "learning_rate"), 0);
     cr_assert_eq(qlt_edit_distance("ca", "abc"), 3); /* optimal string alignment, not unrestricted */
+}
+
+/* model.fallback replaces a model.path that does not exist (with a notice), and nothing else: an existing path
+ * stays, and without a fallback a missing path stays for the loader to report. */
+Test(config, model_fallback_only_when_the_path_is_missing) {
+    qlt_config cfg;
+    qlt_config_defaults(&cfg);
+    cr_assert_eq(qlt_config_set(&cfg, "model.path=/nonexistent/model.gguf"), 0, "%s", qlt_error());
+    cr_expect_eq(qlt_config_apply_model_fallback(&cfg), 0, "no fallback set: nothing changes");
+    cr_expect_str_eq(cfg.model.path, "/nonexistent/model.gguf");
+    cr_assert_eq(qlt_config_set(&cfg, "model.fallback=random:" QLT_TEST_DATA "/fixtures/tiny-llama/config.json"), 0);
+    cr_expect_eq(qlt_config_apply_model_fallback(&cfg), 1);
+    cr_expect_str_eq(cfg.model.path, "random:" QLT_TEST_DATA "/fixtures/tiny-llama/config.json");
+    cr_expect_eq(qlt_config_apply_model_fallback(&cfg), 0, "random:<existing config.json> exists: no switch");
+    cr_assert_eq(qlt_config_set(&cfg, "model.path=" QLT_TEST_DATA "/fixtures/tiny-qwen2"), 0);
+    cr_expect_eq(qlt_config_apply_model_fallback(&cfg), 0, "an existing directory stays");
+    cr_expect_str_eq(cfg.model.path, QLT_TEST_DATA "/fixtures/tiny-qwen2");
+    qlt_config_free(&cfg);
 }
