@@ -85,6 +85,7 @@ typedef struct qlt_config {
         int64_t eval_every;  /* 0 = only at the end when data.eval is set */
         int log_every;       /* 1 */
         int threads;         /* 0 = all cores, for the CPU path */
+        int cpu_reference;   /* 0: the CPU backend's fast ops; 1: its reference ops (double sums) */
     } train;
     struct {
         char *dir;           /* "runs/demo" */

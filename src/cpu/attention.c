@@ -1,13 +1,14 @@
-/* attention.c: causal grouped-query attention reference with packed-example masking, forward and
- * backward. Query t of a row attends to keys j with seg_start[t] <= j <= t. Query head h reads kv head
- * h / (n_heads / n_kv_heads). Scores are accumulated in double; the log-sum-exp of each (token, head)
- * row is saved so the backward recomputes probabilities instead of storing them; the backward also
- * accumulates every sum in double and rounds each output once. */
+/* attention.c: causal grouped-query attention with packed-example masking, forward and backward. Query t
+ * of a row attends to keys j with seg_start[t] <= j <= t; query head h reads kv head h / (n_heads /
+ * n_kv_heads). The log-sum-exp of each (token, head) row is saved so the backward recomputes probabilities
+ * instead of storing them. The reference accumulates scores and every backward sum in double and rounds each
+ * output once; the default mode's (below) runs blocks of queries through OpenBLAS in float32. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "cpu/cpu_fast.h"
 #include "cpu/cpu_ops.h"
 
 #define QLT_CPU_MAX_HEAD_DIM 512
@@ -133,4 +134,132 @@ void qlt_cpu_attention_bwd(float *dq, float *dk, float *dv, float *scratch, cons
         }
     }
     free(dd_all);
+}
+
+/* ---- the default mode: blocks of ATT_BLOCK queries, products through OpenBLAS ----
+ * A block of queries t0..t1-1 of one row and head sees keys j0..t1-1 with j0 = seg_start[t0] (seg_start never
+ * decreases along a row); each query's own range is masked inside that. The block's scores S [m, t1-j0] are
+ * one product, the probabilities overwrite them, O = P V is another; the backward recomputes P from lse. */
+
+#define ATT_BLOCK 64
+
+/* Scores of the block -> probabilities, in place: row i (query t0+i) keeps keys lo..t0+i, the rest 0. Each
+ * row's log-sum-exp is read from lse_in [m] (stride lse_stride) when given (backward), else computed and
+ * written to lse_out (forward). */
+QLT_CPU_VECTOR
+static void block_probs(float *s, int64_t m, int64_t nk, int64_t j0, int64_t t0, const int32_t *seg_row,
+                        const float *lse_in, float *lse_out, int64_t lse_stride) {
+    for (int64_t i = 0; i < m; i++) {
+        float *si = s + i * nk;
+        int64_t lo = seg_row[t0 + i] - j0, hi = t0 + i - j0; /* inclusive */
+        for (int64_t j = 0; j < lo; j++) si[j] = 0.0f;
+        for (int64_t j = hi + 1; j < nk; j++) si[j] = 0.0f;
+        float l;
+        if (lse_in) {
+            l = lse_in[i * lse_stride];
+        } else {
+            float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+            for (int64_t j = lo; j <= hi; j++) mx = si[j] > mx ? si[j] : mx;
+            double sum = 0;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t j = lo; j <= hi; j++) sum += qlt_cpu_expf(si[j] - mx);
+            l = mx + (float)log(sum);
+            lse_out[i * lse_stride] = l;
+        }
+#pragma omp simd
+        for (int64_t j = lo; j <= hi; j++) si[j] = qlt_cpu_expf(si[j] - l);
+    }
+}
+
+/* dS = P (dP - D) scale in place of dP [m, nk]; d [m] (stride d_stride) the rows' D. */
+QLT_CPU_VECTOR
+static void block_dscores(float *ds, const float *p, int64_t m, int64_t nk, const float *d, int64_t d_stride,
+                          float scale) {
+    for (int64_t i = 0; i < m; i++) {
+        const float dd = d[i * d_stride], *pi = p + i * nk;
+        float *dsi = ds + i * nk;
+#pragma omp simd
+        for (int64_t j = 0; j < nk; j++) dsi[j] = pi[j] * (dsi[j] - dd) * scale;
+    }
+}
+
+void qlt_cpu_attention_fwd_fast(float *out, float *lse, const float *q, const float *k, const float *v,
+                                const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
+                                int head_dim, float scale) {
+    const int group = n_heads / n_kv_heads, nblocks = (seq + ATT_BLOCK - 1) / ATT_BLOCK;
+    const int64_t qs = (int64_t)n_heads * head_dim, ks = (int64_t)n_kv_heads * head_dim;
+    const int64_t tasks = (int64_t)batch * n_heads * nblocks;
+#pragma omp parallel
+    {
+        float *s = qlt_xmalloc(sizeof(float) * ATT_BLOCK * (size_t)seq); /* [m, nk] scores, then probabilities */
+        /* later blocks see more keys: hand them out first */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < tasks; task++) {
+            const int blk = nblocks - 1 - (int)(task % nblocks), h = (int)(task / nblocks % n_heads);
+            const int b = (int)(task / nblocks / n_heads), kvh = h / group;
+            const int64_t t0 = (int64_t)blk * ATT_BLOCK, t1 = t0 + ATT_BLOCK < seq ? t0 + ATT_BLOCK : seq;
+            const int64_t row0 = (int64_t)b * seq, m = t1 - t0, j0 = seg_start[row0 + t0], nk = t1 - j0;
+            const float *qb = q + (row0 + t0) * qs + (int64_t)h * head_dim;
+            const float *kb = k + (row0 + j0) * ks + (int64_t)kvh * head_dim;
+            const float *vb = v + (row0 + j0) * ks + (int64_t)kvh * head_dim;
+            qlt_cpu_sgemm(0, 1, m, nk, head_dim, scale, qb, qs, kb, ks, 0.0f, s, nk);
+            block_probs(s, m, nk, j0, t0, seg_start + row0, NULL, lse + (row0 + t0) * n_heads + h, n_heads);
+            qlt_cpu_sgemm(0, 0, m, head_dim, nk, 1.0f, s, nk, vb, ks, 0.0f, out + (row0 + t0) * qs + (int64_t)h * head_dim,
+                          qs);
+        }
+        free(s);
+    }
+}
+
+/* Per block: P from lse; dV += P^T dO; dP = dO V^T; dS = P (dP - D) scale; dQ = dS K; dK += dS^T Q.
+ * Parallel over (batch, kv head): each task owns its dK / dV columns and the dQ of its query heads. */
+void qlt_cpu_attention_bwd_fast(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *out,
+                                const float *lse, const float *q, const float *k, const float *v,
+                                const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
+                                int head_dim, float scale) {
+    const int group = n_heads / n_kv_heads, nblocks = (seq + ATT_BLOCK - 1) / ATT_BLOCK;
+    const int64_t qs = (int64_t)n_heads * head_dim, ks = (int64_t)n_kv_heads * head_dim;
+    const int64_t n = (int64_t)batch * seq;
+    /* D [N, n_heads] = rowsum(dO * O), into the scratch as the op's contract says */
+#pragma omp parallel for schedule(static) if (n * qs > 65536)
+    for (int64_t r = 0; r < n; r++)
+        for (int h = 0; h < n_heads; h++) {
+            const float *o = out + r * qs + (int64_t)h * head_dim, *d = dout + r * qs + (int64_t)h * head_dim;
+            double s = 0;
+#pragma omp simd reduction(+ : s)
+            for (int e = 0; e < head_dim; e++) s += (double)(o[e] * d[e]);
+            scratch[r * n_heads + h] = (float)s;
+        }
+#pragma omp parallel
+    {
+        float *p = qlt_xmalloc(sizeof(float) * 2 * ATT_BLOCK * (size_t)seq), *ds = p + ATT_BLOCK * (int64_t)seq;
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int b = 0; b < batch; b++) {
+            for (int kvh = 0; kvh < n_kv_heads; kvh++) {
+                const int64_t row0 = (int64_t)b * seq;
+                for (int64_t t = 0; t < seq; t++) {
+                    memset(dk + (row0 + t) * ks + (int64_t)kvh * head_dim, 0, sizeof(float) * (size_t)head_dim);
+                    memset(dv + (row0 + t) * ks + (int64_t)kvh * head_dim, 0, sizeof(float) * (size_t)head_dim);
+                }
+                for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                    for (int blk = 0; blk < nblocks; blk++) {
+                        const int64_t t0 = (int64_t)blk * ATT_BLOCK, t1 = t0 + ATT_BLOCK < seq ? t0 + ATT_BLOCK : seq;
+                        const int64_t m = t1 - t0, j0 = seg_start[row0 + t0], nk = t1 - j0;
+                        const int64_t qoff = (row0 + t0) * qs + (int64_t)h * head_dim;
+                        const int64_t koff = (row0 + j0) * ks + (int64_t)kvh * head_dim;
+                        qlt_cpu_sgemm(0, 1, m, nk, head_dim, scale, q + qoff, qs, k + koff, ks, 0.0f, p, nk);
+                        block_probs(p, m, nk, j0, t0, seg_start + row0, lse + (row0 + t0) * n_heads + h, NULL,
+                                    n_heads);
+                        qlt_cpu_sgemm(1, 0, nk, head_dim, m, 1.0f, p, nk, dout + qoff, qs, 1.0f, dv + koff, ks);
+                        qlt_cpu_sgemm(0, 1, m, nk, head_dim, 1.0f, dout + qoff, qs, v + koff, ks, 0.0f, ds, nk);
+                        block_dscores(ds, p, m, nk, scratch + (row0 + t0) * n_heads + h, n_heads, scale);
+                        qlt_cpu_sgemm(0, 0, m, head_dim, nk, 1.0f, ds, nk, k + koff, ks, 0.0f, dq + qoff, qs);
+                        qlt_cpu_sgemm(1, 0, nk, head_dim, m, 1.0f, ds, nk, q + qoff, qs, 1.0f, dk + koff, ks);
+                    }
+                }
+            }
+        }
+        free(p);
+    }
 }

@@ -1,7 +1,14 @@
-/* gemm.c: the reference matrix product every CPU linear / LoRA op is built on. Double accumulators
- * (chunks of 256 output columns on the stack) keep the float32 reference close to float64 goldens. */
+/* gemm.c: the two matrix products the CPU ops are built on. qlt_cpu_gemm is the reference: double
+ * accumulators (chunks of 256 output columns on the stack) keep the float32 reference close to float64
+ * goldens, and the GPU checks compare against it. qlt_cpu_sgemm is the default mode's product: OpenBLAS's
+ * float32 sgemm (same arguments), which runs on the OpenMP threads of the caller (outside a parallel
+ * region on all of them, inside one on the calling thread alone). */
+#include <cblas.h>
+#include <stdint.h>
 #include <string.h>
 
+#include "common/error.h"
+#include "cpu/cpu_fast.h"
 #include "cpu/cpu_ops.h"
 
 #define GEMM_CHUNK 256
@@ -33,4 +40,19 @@ void qlt_cpu_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, flo
                 crow[jj] = (float)(alpha * acc[jj] + (beta != 0 ? (double)beta * crow[jj] : 0.0));
         }
     }
+}
+
+void qlt_cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) { /* BLAS leaves C alone only for beta 1; the product of an empty sum is 0 */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta != 0 ? beta * c[i * ldc + j] : 0.0f;
+        return;
+    }
+    /* OpenBLAS's blasint is 32-bit: every size and leading dimension must fit it (a count of elements may not) */
+    QLT_ASSERT(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && lda <= INT32_MAX && ldb <= INT32_MAX &&
+               ldc <= INT32_MAX);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (blasint)m,
+                (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
 }

@@ -10,8 +10,8 @@
 #include "cuda/backend_cuda.h"
 #endif
 
-qlt_backend *qlt_device_backend_create(const char *device, int threads) {
-    if (strcmp(device, "cpu") == 0) return qlt_backend_cpu_create(threads);
+qlt_backend *qlt_device_backend_create(const char *device, int threads, int cpu_reference) {
+    if (strcmp(device, "cpu") == 0) return qlt_backend_cpu_create(threads, cpu_reference);
     if (strcmp(device, "cuda") == 0) {
 #ifdef QLT_HAVE_CUDA
         return qlt_backend_cuda_create(0);
@@ -29,7 +29,7 @@ qlt_backend *qlt_device_backend_create(const char *device, int threads) {
 #else
         fprintf(stderr, "qlora-train: built without CUDA: running on the CPU\n");
 #endif
-        return qlt_backend_cpu_create(threads);
+        return qlt_backend_cpu_create(threads, cpu_reference);
     }
     qlt_fail("train.device: '%s' is not one of auto, cpu, cuda", device);
     return NULL;

@@ -6,7 +6,8 @@
 #include "backend/backend.h"
 
 /* "auto" | "cpu" | "cuda" -> a backend, or NULL with qlt_fail; "auto" prefers CUDA and says on stderr, in
- * one line, when no GPU was found and the CPU is used. threads: the CPU backend's (0: all cores). */
-qlt_backend *qlt_device_backend_create(const char *device, int threads);
+ * one line, when no GPU was found and the CPU is used. threads: the CPU backend's (0: all cores);
+ * cpu_reference: the CPU backend's reference ops (train.cpu_reference). */
+qlt_backend *qlt_device_backend_create(const char *device, int threads, int cpu_reference);
 
 #endif

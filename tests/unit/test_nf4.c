@@ -360,7 +360,7 @@ Test(nf4, cpu_peak_bytes_count_nf4_weights) {
     float *x = malloc(sizeof(float) * (size_t)numel);
     for (int64_t i = 0; i < numel; i++) x[i] = (float)((i * 37) % 101 - 50) / 50.0f;
     for (int dq = 0; dq < 2; dq++) {
-        qlt_backend *be = qlt_backend_cpu_create(1);
+        qlt_backend *be = qlt_backend_cpu_create(1, 1);
         cr_assert_eq(be->peak_bytes(be), 0);
         qlt_weight w;
         cr_assert_eq(be->weight_create(be, &w, x, QLT_DTYPE_F32, rows, cols, 64, dq), 0, "%s", qlt_error());
