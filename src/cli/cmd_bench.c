@@ -17,11 +17,12 @@
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "common/rng.h"
+#include "cpu/backend_cpu.h"
 #include "train/trainer.h"
 
 typedef struct bench_opts {
     const char *model;
-    int micro_batch, seq, steps, warmup, r;
+    int micro_batch, seq, steps, warmup, r, threads;
     const char *quant, *device, *backward_a, *grad_checkpoint, *attention, *dequant_cache;
     int cuda_graph, deterministic, json;
 } bench_opts;
@@ -54,6 +55,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         else if (strcmp(a, "--steps") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 24, &o->steps));
         else if (strcmp(a, "--warmup") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 24, &o->warmup));
         else if (strcmp(a, "--r") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 24, &o->r));
+        else if (strcmp(a, "--threads") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 0, 4096, &o->threads));
         else if (strcmp(a, "--quant") == 0) o->quant = v;
         else if (strcmp(a, "--device") == 0) o->device = v;
         else if (strcmp(a, "--backward-a") == 0) o->backward_a = v;
@@ -122,6 +124,7 @@ static int run_bench(const bench_opts *o, const char *tmp) {
              set_fmt(&cfg, "train.deterministic=%s", o->deterministic ? "true" : "false") ||
              set_fmt(&cfg, "train.attention=%s", o->attention) ||
              set_fmt(&cfg, "train.dequant_cache_gib=%s", o->dequant_cache) ||
+             set_fmt(&cfg, "train.threads=%d", o->threads) ||
              set_fmt(&cfg, "output.dir=%s", tmp) || qlt_config_validate(&cfg)
                  ? -1
                  : 0;
@@ -160,8 +163,13 @@ static int run_bench(const bench_opts *o, const char *tmp) {
         last_loss = m.loss;
     }
     if (be->clock_monitor) be->clock_monitor(be, 0, &clocks); /* before the GEMM-peak measurement below */
+    /* CPU: the frozen-weight products against OpenBLAS's sgemm alone on the same shapes (read before
+     * profile_on(0), which forgets them) */
+    qlt_cpu_gemm_report gemm = {0};
+    const bool cpu = strcmp(be->name, "cpu") == 0;
     if (rc == 0 && profile) {
         be->profile_read(be, phase_ms);
+        if (cpu) rc = qlt_backend_cpu_gemm_report(be, &gemm);
         be->profile_on(be, 0);
     }
     if (rc == 0) {
@@ -176,6 +184,10 @@ static int run_bench(const bench_opts *o, const char *tmp) {
         double mfu = peak_tflops > 0 ? 4.0 * linear * tokens_per_s / (peak_tflops * 1e12) : 0;
         double total_ms = 0;
         for (int p = 0; p < QLT_PHASE_COUNT; p++) total_ms += phase_ms[p];
+        /* the linear ops' share of the time: their GEMMs, forward and backward, and the NF4 dequantization */
+        const double linear_ms = phase_ms[QLT_PHASE_FWD_GEMM] + phase_ms[QLT_PHASE_BWD_GEMM] + phase_ms[QLT_PHASE_DEQUANT];
+        const double linear_gflops = linear_ms > 0 ? gemm.flops / (linear_ms * 1e-3) / 1e9 : 0;
+        const double sgemm_gflops = gemm.sgemm_ms > 0 ? gemm.flops / (gemm.sgemm_ms * 1e-3) / 1e9 : 0;
         /* energy from the GPU's counter over the measured steps (0 where there is none) */
         const bool metered = clocks.energy_j > 0;
         const double joules_step = clocks.energy_j / o->steps, mj_token = 1e3 * joules_step / tokens_per_step;
@@ -188,6 +200,9 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                    peak_tflops, load_s, first_step_s, last_loss);
             printf(", \"attention\": \"%s\", \"dequant_cache_gib\": %g, \"dequant_cache_held_gib\": %.3f", attention,
                    cfg.train.dequant_cache_gib, held_gib);
+            if (gemm.calls)
+                printf(", \"threads\": %d, \"linear_gflops\": %.1f, \"sgemm_same_shapes_gflops\": %.1f", gemm.threads,
+                       linear_gflops, sgemm_gflops);
             if (metered)
                 printf(", \"joules_per_step\": %.2f, \"millijoules_per_token\": %.3f, \"power_w_energy\": %.1f",
                        joules_step, mj_token, watts);
@@ -210,8 +225,14 @@ static int run_bench(const bench_opts *o, const char *tmp) {
             printf("\n");
             printf("tokens/s %.0f   step %.1f ms (median of %d)   peak memory %.2f GiB", tokens_per_s, median * 1e3,
                    o->steps, peak_gib);
-            if (peak_tflops > 0) printf("   MFU %.1f%% of %.0f TFLOP/s", 100 * mfu, peak_tflops);
+            if (peak_tflops > 0 && !cpu) printf("   MFU %.1f%% of %.0f TFLOP/s", 100 * mfu, peak_tflops);
+            if (peak_tflops > 0 && cpu) printf("   MFU %.1f%% of %.0f GFLOP/s", 100 * mfu, 1e3 * peak_tflops);
             printf("\n");
+            if (gemm.calls)
+                printf("frozen-weight GEMMs (%lld a step, %d shapes; NF4 dequantization included): %.1f GFLOP/s on %d "
+                       "threads; OpenBLAS sgemm alone on the same shapes: %.1f GFLOP/s (%.0f%%)\n",
+                       (long long)(gemm.calls / o->steps), gemm.shapes, linear_gflops, gemm.threads, sgemm_gflops,
+                       sgemm_gflops > 0 ? 100 * linear_gflops / sgemm_gflops : 0);
             /* power from the energy counter where there is one: NVML's power readings are averaged over about a
              * second and lag a run this short (measured: 541 W read against 705 W from the energy counter) */
             if (clocks.samples)

@@ -70,6 +70,7 @@ static void cpu_profile_on(qlt_backend *be, int on) {
     qlt_cpu_impl *impl = be->impl;
     memset(impl->ms, 0, sizeof impl->ms);
     impl->profiling = on;
+    impl->n_shapes = impl->shapes_dropped = 0;
     impl->current = QLT_PHASE_OTHER;
     impl->mark = wall_ms();
 }
@@ -85,6 +86,7 @@ static void cpu_sync(qlt_backend *be) {}
 
 static void cpu_destroy(qlt_backend *be) {
     qlt_cpu_weights_release(be);
+    free(((qlt_cpu_impl *)be->impl)->lora_work);
     free(be->impl);
     free(be);
 }
@@ -237,6 +239,7 @@ qlt_backend *qlt_backend_cpu_create(int threads, int reference) {
     be->peak_bytes = cpu_peak_bytes;
     be->dequant_cache_held = qlt_cpu_dequant_cache_held;
     be->available_bytes = cpu_available_bytes;
+    be->gemm_peak_tflops = qlt_cpu_gemm_peak_tflops;
     be->weight_create = qlt_cpu_weight_create;
     be->weight_from_nf4 = qlt_cpu_weight_from_nf4;
     be->weight_free = qlt_cpu_weight_free;
@@ -249,6 +252,7 @@ qlt_backend *qlt_backend_cpu_create(int threads, int reference) {
     be->linear_bwd_x = qlt_cpu_linear_bwd_x;
     be->lora_fwd = qlt_cpu_lora_fwd_op;
     be->lora_bwd = qlt_cpu_lora_bwd_op;
+    be->lora_group_prepare = qlt_cpu_lora_group_prepare;
     be->linear_lora_bwd = qlt_cpu_linear_lora_bwd;
     be->rope = cpu_rope;
     be->attention_fwd = cpu_attention_fwd;

@@ -16,6 +16,14 @@ typedef struct qlt_cpu_cached_weight {
     float *data; /* [rows, cols] */
 } qlt_cpu_cached_weight;
 
+/* A shape of the frozen-weight products run while profiling: C [m, n] = A [m, k] . op(B) (gemm_rate.c). */
+typedef struct qlt_cpu_gemm_shape {
+    int trans_b;
+    int64_t m, n, k;
+    int64_t calls;
+} qlt_cpu_gemm_shape;
+#define QLT_CPU_GEMM_SHAPES 64
+
 typedef struct qlt_cpu_impl {
     int reference;            /* 1: the reference ops of cpu_ops.h (double sums); 0: cpu_fast.h's */
     qlt_cpu_gemm_fn gemm;     /* qlt_cpu_gemm (reference) or qlt_cpu_sgemm */
@@ -24,11 +32,15 @@ typedef struct qlt_cpu_impl {
     qlt_cpu_cached_weight *cache; /* [n_cache] weights kept dequantized, within be->dequant_cache_bytes */
     int n_cache, cap_cache;
     int64_t cache_bytes;      /* what they hold */
+    float *lora_work;         /* [lora_work_floats] the default mode's LoRA workspace (lora_group_prepare) */
+    int64_t lora_work_floats;
     int profiling;
     qlt_phase current;
     double mark;              /* time of the last phase mark */
     double ms[QLT_PHASE_COUNT];
     size_t live_bytes, peak_bytes;
+    qlt_cpu_gemm_shape shapes[QLT_CPU_GEMM_SHAPES]; /* [n_shapes] the linear ops' products since profile_on */
+    int n_shapes, shapes_dropped;
 } qlt_cpu_impl;
 
 /* Counts bytes the backend now holds (negative: released) for the peak-memory figure. */
@@ -49,6 +61,10 @@ const float *qlt_cpu_weight_f32(qlt_backend *be, const qlt_weight *w);
 /* Frees the scratch and the cache (backend destroy). */
 void qlt_cpu_weights_release(qlt_backend *be);
 
+/* gemm_rate.c: counts a frozen-weight product (while profiling); the sgemm peak (be->gemm_peak_tflops) */
+void qlt_cpu_record_gemm(qlt_cpu_impl *impl, int trans_b, int64_t m, int64_t n, int64_t k);
+double qlt_cpu_gemm_peak_tflops(qlt_backend *be);
+
 /* linear.c */
 void qlt_cpu_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k, const float *bias,
                         int64_t n);
@@ -58,6 +74,7 @@ void qlt_cpu_lora_fwd_op(qlt_backend *be, const qlt_lora_site *sites, int k, flo
                          int64_t in, int r, float scale);
 void qlt_cpu_lora_bwd_op(qlt_backend *be, const qlt_lora_site *sites, int k, float *scratch, const float *u,
                          const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale);
+int qlt_cpu_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_t *outs, int r);
 void qlt_cpu_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const qlt_weight *const *w, int k, int stacked,
                              const qlt_lora_site *sites, float *scratch, const float *u, const void *x, int64_t n,
                              int r, float scale);

@@ -72,11 +72,13 @@ void qlt_cpu_attention_bwd_fast(float *dq, float *dk, float *dv, float *scratch,
                                 const float *lse, const float *q, const float *k, const float *v,
                                 const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                                 int head_dim, float scale);
-/* The LoRA group side path with a given product (lora.c; qlt_cpu_lora_fwd / _bwd pass the reference's). */
-void qlt_cpu_lora_fwd_with(qlt_cpu_gemm_fn gemm, const qlt_lora_site *sites, int k, float *u, const float *x, int64_t n,
-                           int64_t in, int r, float scale);
-void qlt_cpu_lora_bwd_with(qlt_cpu_gemm_fn gemm, const qlt_lora_site *sites, int k, float *du, const float *u, const float *x,
-                           float *dx, float dx_beta, int64_t n, int64_t in, int r, float scale);
+/* The LoRA group side path (cpu_ops.h's qlt_cpu_lora_fwd / _bwd) with a workspace of work_floats floats:
+ * with room for k*r*in (forward) or 2*k*r*in (backward), the sites' A are laid side by side there so that
+ * x.A^T, du^T.x and du.A are one product each for the group; with less, the products run site by site. */
+void qlt_cpu_lora_fwd_fast(const qlt_lora_site *sites, int k, float *u, const float *x, int64_t n, int64_t in, int r,
+                           float scale, float *work, int64_t work_floats);
+void qlt_cpu_lora_bwd_fast(const qlt_lora_site *sites, int k, float *du, const float *u, const float *x, float *dx,
+                           float dx_beta, int64_t n, int64_t in, int r, float scale, float *work, int64_t work_floats);
 /* Fused lm_head + cross-entropy in chunks of QLT_CPU_LOSS_CHUNK_FAST tokens: the chunk's logits in float32
  * (one sgemm), softmax and loss per row, the gradient rows written over the logits, dx = G . W (one sgemm).
  * scratch: qlt_cpu_lm_head_loss_fast_scratch(n, vocab) bytes. Returns the loss sum (fixed order, double). */

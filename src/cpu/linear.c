@@ -16,6 +16,7 @@ void qlt_cpu_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weigh
     int64_t ld = qlt_stack_rows(w, k), col = 0;
     for (int i = 0; i < k; i++) {
         const float *wf = qlt_cpu_weight_f32(be, w[i]);
+        qlt_cpu_record_gemm(be->impl, 1, n, w[i]->rows, w[i]->cols);
         gemm(0, 1, n, w[i]->rows, w[i]->cols, 1.0f, x, w[i]->cols, wf, w[i]->cols, 0.0f, (float *)y + col, ld);
         col += w[i]->rows;
     }
@@ -34,6 +35,7 @@ void qlt_cpu_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_w
     int64_t ld = qlt_stack_rows(w, k), col = 0;
     for (int i = 0; i < k; i++) {
         const float *wf = qlt_cpu_weight_f32(be, w[i]);
+        qlt_cpu_record_gemm(be->impl, 0, n, w[i]->cols, w[i]->rows);
         gemm(0, 0, n, w[i]->cols, w[i]->rows, 1.0f, (const float *)dy + col, ld, wf, w[i]->cols, i == 0 ? beta : 1.0f,
              dx, w[i]->cols);
         col += w[i]->rows;
@@ -42,12 +44,30 @@ void qlt_cpu_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_w
 
 void qlt_cpu_lora_fwd_op(qlt_backend *be, const qlt_lora_site *sites, int k, float *u, const void *x, int64_t n,
                          int64_t in, int r, float scale) {
-    qlt_cpu_lora_fwd_with(gemm_of(be), sites, k, u, x, n, in, r, scale);
+    qlt_cpu_impl *impl = be->impl;
+    if (impl->reference) qlt_cpu_lora_fwd(sites, k, u, x, n, in, r, scale);
+    else qlt_cpu_lora_fwd_fast(sites, k, u, x, n, in, r, scale, impl->lora_work, impl->lora_work_floats);
 }
 
 void qlt_cpu_lora_bwd_op(qlt_backend *be, const qlt_lora_site *sites, int k, float *scratch, const float *u,
                          const void *x, void *dx, float dx_beta, int64_t n, int64_t in, int r, float scale) {
-    qlt_cpu_lora_bwd_with(gemm_of(be), sites, k, scratch, u, x, dx, dx_beta, n, in, r, scale);
+    qlt_cpu_impl *impl = be->impl;
+    if (impl->reference) qlt_cpu_lora_bwd(sites, k, scratch, u, x, dx, dx_beta, n, in, r, scale);
+    else qlt_cpu_lora_bwd_fast(sites, k, scratch, u, x, dx, dx_beta, n, in, r, scale, impl->lora_work,
+                               impl->lora_work_floats);
+}
+
+/* The default mode's LoRA workspace: room for a group's A side by side and their gradient (lora.c). */
+int qlt_cpu_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_t *outs, int r) {
+    qlt_cpu_impl *impl = be->impl;
+    const int64_t floats = 2 * (int64_t)k * r * in;
+    if (floats > impl->lora_work_floats) {
+        qlt_cpu_track(impl, -(int64_t)sizeof(float) * impl->lora_work_floats);
+        impl->lora_work = qlt_xrealloc(impl->lora_work, sizeof(float) * (size_t)floats);
+        impl->lora_work_floats = floats;
+        qlt_cpu_track(impl, (int64_t)sizeof(float) * floats);
+    }
+    return 0;
 }
 
 /* Nothing is folded: dx = beta dx + dy W (the stack as one product, or weight by weight), then the adapters'
@@ -61,7 +81,7 @@ void qlt_cpu_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const qlt
         for (int i = 0; i < k; i++) qlt_cpu_linear_bwd_x(be, dx, sites[i].dy, &w[i], 1, n, i == 0 ? dx_beta : 1.0f);
     }
     qlt_cpu_phase(be, QLT_PHASE_LORA);
-    qlt_cpu_lora_bwd_with(gemm_of(be), sites, k, scratch, u, x, dx, 1.0f, n, w[0]->cols, r, scale);
+    qlt_cpu_lora_bwd_op(be, sites, k, scratch, u, x, dx, 1.0f, n, w[0]->cols, r, scale);
 }
 
 /* reference: chunks of this many tokens, double logit rows */
