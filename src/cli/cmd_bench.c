@@ -24,18 +24,22 @@ typedef struct bench_opts {
     const char *model;
     int micro_batch, seq, steps, warmup, r, threads;
     const char *quant, *device, *backward_a, *grad_checkpoint, *attention, *dequant_cache;
-    int cuda_graph, deterministic, json;
+    int cuda_graph, deterministic, json, cpu_reference;
 } bench_opts;
 
 static void usage(void) {
     printf("usage: qlora-train bench --model CONFIG.json [--micro-batch 4] [--seq 2048] [--steps 10] [--warmup 3]\n"
            "                         [--r 16] [--quant nf4|none] [--device auto|cpu|cuda] [--backward-a bf16|fp16|fp32]\n"
            "                         [--grad-checkpoint none|layer|auto] [--attention auto|own|cudnn] [--cuda-graph]\n"
-           "                         [--deterministic] [--dequant-cache GIB] [--json]\n\n"
+           "                         [--deterministic] [--dequant-cache GIB] [--threads N] [--cpu-reference]\n"
+           "                         [--json]\n\n"
            "Trains LoRA (all seven projections, alpha = 2r) on a random-weight model of CONFIG.json with random\n"
            "tokens; prints tokens/s (median step), peak memory, MFU (4 x linear params x tokens/s over the measured\n"
-           "bf16 GEMM peak) and where the time goes. --dequant-cache: train.dequant_cache_gib (GiB that keep the NF4\n"
-           "weights dequantized between steps; 0 = off, the default).\n");
+           "GEMM peak: bf16 on a GPU, OpenBLAS's sgemm on the CPU) and where the time goes; on the CPU also the\n"
+           "frozen-weight GEMMs' rate (NF4 dequantization included) against OpenBLAS's sgemm alone on the same\n"
+           "shapes. --dequant-cache: train.dequant_cache_gib (GiB that keep the NF4 weights dequantized between\n"
+           "steps; 0 = off, the default). --threads: train.threads (CPU; 0 = all cores, the default).\n"
+           "--cpu-reference: train.cpu_reference (the CPU's double-summing reference ops).\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
@@ -47,6 +51,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         if (strcmp(a, "--cuda-graph") == 0) { o->cuda_graph = 1; continue; }
         if (strcmp(a, "--json") == 0) { o->json = 1; continue; }
         if (strcmp(a, "--deterministic") == 0) { o->deterministic = 1; continue; }
+        if (strcmp(a, "--cpu-reference") == 0) { o->cpu_reference = 1; continue; }
         if (!v) return qlt_fail("%s needs a value (see qlora-train bench --help)", a);
         i++;
         if (strcmp(a, "--model") == 0) o->model = v;
@@ -125,6 +130,7 @@ static int run_bench(const bench_opts *o, const char *tmp) {
              set_fmt(&cfg, "train.attention=%s", o->attention) ||
              set_fmt(&cfg, "train.dequant_cache_gib=%s", o->dequant_cache) ||
              set_fmt(&cfg, "train.threads=%d", o->threads) ||
+             set_fmt(&cfg, "train.cpu_reference=%s", o->cpu_reference ? "true" : "false") ||
              set_fmt(&cfg, "output.dir=%s", tmp) || qlt_config_validate(&cfg)
                  ? -1
                  : 0;
@@ -201,8 +207,8 @@ static int run_bench(const bench_opts *o, const char *tmp) {
             printf(", \"attention\": \"%s\", \"dequant_cache_gib\": %g, \"dequant_cache_held_gib\": %.3f", attention,
                    cfg.train.dequant_cache_gib, held_gib);
             if (gemm.calls)
-                printf(", \"threads\": %d, \"linear_gflops\": %.1f, \"sgemm_same_shapes_gflops\": %.1f", gemm.threads,
-                       linear_gflops, sgemm_gflops);
+                printf(", \"threads\": %d, \"cpu_reference\": %s, \"linear_gflops\": %.1f, \"sgemm_same_shapes_gflops\": %.1f",
+                       gemm.threads, o->cpu_reference ? "true" : "false", linear_gflops, sgemm_gflops);
             if (metered)
                 printf(", \"joules_per_step\": %.2f, \"millijoules_per_token\": %.3f, \"power_w_energy\": %.1f",
                        joules_step, mj_token, watts);
@@ -216,8 +222,9 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                     printf(", \"ms_%s\": %.3f", qlt_phase_name(p), phase_ms[p] / o->steps);
             printf("}\n");
         } else {
-            printf("model %s (%s, %.2fB linear params), %s backend, %s base, micro_batch %d x seq %d, LoRA r %d\n",
-                   o->model, mc.arch_name, linear / 1e9, be->name, o->quant, o->micro_batch, o->seq, o->r);
+            printf("model %s (%s, %.2fB linear params), %s backend%s, %s base, micro_batch %d x seq %d, LoRA r %d\n",
+                   o->model, mc.arch_name, linear / 1e9, be->name, cpu && o->cpu_reference ? " (reference ops)" : "",
+                   o->quant, o->micro_batch, o->seq, o->r);
             printf("load (random init%s): %.2f s, first step %.3f s; attention: %s",
                    strcmp(o->quant, "nf4") == 0 ? " + NF4" : "", load_s, first_step_s, attention);
             if (cfg.train.dequant_cache_gib > 0)

@@ -137,15 +137,16 @@ void qlt_cpu_attention_bwd(float *dq, float *dk, float *dv, float *scratch, cons
 }
 
 /* ---- the default mode: blocks of ATT_BLOCK queries, products through OpenBLAS ----
- * A block of queries t0..t1-1 of one row and head sees keys j0..t1-1 with j0 = seg_start[t0] (seg_start never
- * decreases along a row); each query's own range is masked inside that. The block's scores S [m, t1-j0] are
- * one product, the probabilities overwrite them, O = P V is another; the backward recomputes P from lse. */
+ * A block of queries t0..t1-1 of one row sees keys j0..t1-1 with j0 = seg_start[t0] (seg_start never decreases
+ * along a row); each query's own range is masked inside that. The query heads that share a kv head are
+ * gathered one under the other (G heads: [G*m, head_dim]), so the block's scores S [G*m, t1-j0] are one
+ * product, the probabilities overwrite them, and O = P V is another; the backward recomputes P from lse. */
 
 #define ATT_BLOCK 64
 
-/* Scores of the block -> probabilities, in place: row i (query t0+i) keeps keys lo..t0+i, the rest 0. Each
- * row's log-sum-exp is read from lse_in [m] (stride lse_stride) when given (backward), else computed and
- * written to lse_out (forward). */
+/* Scores of one head's block -> probabilities, in place: row i (query t0+i) keeps keys lo..t0+i, the rest 0.
+ * Each row's log-sum-exp is read from lse_in [m] (stride lse_stride) when given (backward), else computed
+ * and written to lse_out (forward). */
 QLT_CPU_VECTOR
 static void block_probs(float *s, int64_t m, int64_t nk, int64_t j0, int64_t t0, const int32_t *seg_row,
                         const float *lse_in, float *lse_out, int64_t lse_stride) {
@@ -184,43 +185,59 @@ static void block_dscores(float *ds, const float *p, int64_t m, int64_t nk, cons
     }
 }
 
+/* dst [G*m, hd] = the G heads h0.. of rows 0..m-1 of src (row stride ld), head after head; or back (scatter). */
+static void gather_heads(float *dst, const float *src, int64_t ld, int64_t m, int g, int hd) {
+    for (int h = 0; h < g; h++)
+        for (int64_t i = 0; i < m; i++)
+            memcpy(dst + ((int64_t)h * m + i) * hd, src + i * ld + (int64_t)h * hd, sizeof(float) * (size_t)hd);
+}
+static void scatter_heads(float *dst, int64_t ld, const float *src, int64_t m, int g, int hd) {
+    for (int h = 0; h < g; h++)
+        for (int64_t i = 0; i < m; i++)
+            memcpy(dst + i * ld + (int64_t)h * hd, src + ((int64_t)h * m + i) * hd, sizeof(float) * (size_t)hd);
+}
+
 void qlt_cpu_attention_fwd_fast(float *out, float *lse, const float *q, const float *k, const float *v,
                                 const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                                 int head_dim, float scale) {
     const int group = n_heads / n_kv_heads, nblocks = (seq + ATT_BLOCK - 1) / ATT_BLOCK;
     const int64_t qs = (int64_t)n_heads * head_dim, ks = (int64_t)n_kv_heads * head_dim;
-    const int64_t tasks = (int64_t)batch * n_heads * nblocks;
+    const int64_t tasks = (int64_t)batch * n_kv_heads * nblocks, rows = (int64_t)group * ATT_BLOCK;
 #pragma omp parallel
     {
-        float *s = qlt_xmalloc(sizeof(float) * ATT_BLOCK * (size_t)seq); /* [m, nk] scores, then probabilities */
+        float *s = qlt_xmalloc(sizeof(float) * (size_t)(rows * seq + 2 * rows * head_dim)); /* S [G*m, nk] */
+        float *qg = s + rows * seq, *og = qg + rows * head_dim;                            /* [G*m, hd] each */
         /* later blocks see more keys: hand them out first */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < tasks; task++) {
-            const int blk = nblocks - 1 - (int)(task % nblocks), h = (int)(task / nblocks % n_heads);
-            const int b = (int)(task / nblocks / n_heads), kvh = h / group;
+            const int blk = nblocks - 1 - (int)(task % nblocks), kvh = (int)(task / nblocks % n_kv_heads);
+            const int b = (int)(task / nblocks / n_kv_heads);
             const int64_t t0 = (int64_t)blk * ATT_BLOCK, t1 = t0 + ATT_BLOCK < seq ? t0 + ATT_BLOCK : seq;
             const int64_t row0 = (int64_t)b * seq, m = t1 - t0, j0 = seg_start[row0 + t0], nk = t1 - j0;
-            const float *qb = q + (row0 + t0) * qs + (int64_t)h * head_dim;
-            const float *kb = k + (row0 + j0) * ks + (int64_t)kvh * head_dim;
-            const float *vb = v + (row0 + j0) * ks + (int64_t)kvh * head_dim;
-            qlt_cpu_sgemm(0, 1, m, nk, head_dim, scale, qb, qs, kb, ks, 0.0f, s, nk);
-            block_probs(s, m, nk, j0, t0, seg_start + row0, NULL, lse + (row0 + t0) * n_heads + h, n_heads);
-            qlt_cpu_sgemm(0, 0, m, head_dim, nk, 1.0f, s, nk, vb, ks, 0.0f, out + (row0 + t0) * qs + (int64_t)h * head_dim,
-                          qs);
+            const int64_t qoff = (row0 + t0) * qs + (int64_t)kvh * group * head_dim;
+            const int64_t koff = (row0 + j0) * ks + (int64_t)kvh * head_dim;
+            gather_heads(qg, q + qoff, qs, m, group, head_dim);
+            qlt_cpu_sgemm(0, 1, group * m, nk, head_dim, scale, qg, head_dim, k + koff, ks, 0.0f, s, nk);
+            for (int g = 0; g < group; g++)
+                block_probs(s + g * m * nk, m, nk, j0, t0, seg_start + row0, NULL,
+                            lse + (row0 + t0) * n_heads + kvh * group + g, n_heads);
+            qlt_cpu_sgemm(0, 0, group * m, head_dim, nk, 1.0f, s, nk, v + koff, ks, 0.0f, og, head_dim);
+            scatter_heads(out + qoff, qs, og, m, group, head_dim);
         }
         free(s);
     }
 }
 
-/* Per block: P from lse; dV += P^T dO; dP = dO V^T; dS = P (dP - D) scale; dQ = dS K; dK += dS^T Q.
- * Parallel over (batch, kv head): each task owns its dK / dV columns and the dQ of its query heads. */
+/* Per block, the group's heads at once: P from lse; dV += P^T dO; dP = dO V^T; dS = P (dP - D) scale;
+ * dQ = dS K; dK += dS^T Q. Parallel over (batch, kv head): each task owns its dK / dV columns and the dQ of
+ * its query heads. */
 void qlt_cpu_attention_bwd_fast(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *out,
                                 const float *lse, const float *q, const float *k, const float *v,
                                 const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                                 int head_dim, float scale) {
     const int group = n_heads / n_kv_heads, nblocks = (seq + ATT_BLOCK - 1) / ATT_BLOCK;
     const int64_t qs = (int64_t)n_heads * head_dim, ks = (int64_t)n_kv_heads * head_dim;
-    const int64_t n = (int64_t)batch * seq;
+    const int64_t n = (int64_t)batch * seq, rows = (int64_t)group * ATT_BLOCK;
     /* D [N, n_heads] = rowsum(dO * O), into the scratch as the op's contract says */
 #pragma omp parallel for schedule(static) if (n * qs > 65536)
     for (int64_t r = 0; r < n; r++)
@@ -233,7 +250,9 @@ void qlt_cpu_attention_bwd_fast(float *dq, float *dk, float *dv, float *scratch,
         }
 #pragma omp parallel
     {
-        float *p = qlt_xmalloc(sizeof(float) * 2 * ATT_BLOCK * (size_t)seq), *ds = p + ATT_BLOCK * (int64_t)seq;
+        /* P and dP / dS [G*m, nk]; Q, dO and dQ of the group's heads [G*m, hd] */
+        float *p = qlt_xmalloc(sizeof(float) * (size_t)(2 * rows * seq + 3 * rows * head_dim)), *ds = p + rows * seq;
+        float *qg = ds + rows * seq, *dog = qg + rows * head_dim, *dqg = dog + rows * head_dim;
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < batch; b++) {
             for (int kvh = 0; kvh < n_kv_heads; kvh++) {
@@ -242,21 +261,24 @@ void qlt_cpu_attention_bwd_fast(float *dq, float *dk, float *dv, float *scratch,
                     memset(dk + (row0 + t) * ks + (int64_t)kvh * head_dim, 0, sizeof(float) * (size_t)head_dim);
                     memset(dv + (row0 + t) * ks + (int64_t)kvh * head_dim, 0, sizeof(float) * (size_t)head_dim);
                 }
-                for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-                    for (int blk = 0; blk < nblocks; blk++) {
-                        const int64_t t0 = (int64_t)blk * ATT_BLOCK, t1 = t0 + ATT_BLOCK < seq ? t0 + ATT_BLOCK : seq;
-                        const int64_t m = t1 - t0, j0 = seg_start[row0 + t0], nk = t1 - j0;
-                        const int64_t qoff = (row0 + t0) * qs + (int64_t)h * head_dim;
-                        const int64_t koff = (row0 + j0) * ks + (int64_t)kvh * head_dim;
-                        qlt_cpu_sgemm(0, 1, m, nk, head_dim, scale, q + qoff, qs, k + koff, ks, 0.0f, p, nk);
-                        block_probs(p, m, nk, j0, t0, seg_start + row0, lse + (row0 + t0) * n_heads + h, NULL,
-                                    n_heads);
-                        qlt_cpu_sgemm(1, 0, nk, head_dim, m, 1.0f, p, nk, dout + qoff, qs, 1.0f, dv + koff, ks);
-                        qlt_cpu_sgemm(0, 1, m, nk, head_dim, 1.0f, dout + qoff, qs, v + koff, ks, 0.0f, ds, nk);
-                        block_dscores(ds, p, m, nk, scratch + (row0 + t0) * n_heads + h, n_heads, scale);
-                        qlt_cpu_sgemm(0, 0, m, head_dim, nk, 1.0f, ds, nk, k + koff, ks, 0.0f, dq + qoff, qs);
-                        qlt_cpu_sgemm(1, 0, nk, head_dim, m, 1.0f, ds, nk, q + qoff, qs, 1.0f, dk + koff, ks);
-                    }
+                for (int blk = 0; blk < nblocks; blk++) {
+                    const int64_t t0 = (int64_t)blk * ATT_BLOCK, t1 = t0 + ATT_BLOCK < seq ? t0 + ATT_BLOCK : seq;
+                    const int64_t m = t1 - t0, j0 = seg_start[row0 + t0], nk = t1 - j0, gm = group * m;
+                    const int64_t qoff = (row0 + t0) * qs + (int64_t)kvh * group * head_dim;
+                    const int64_t koff = (row0 + j0) * ks + (int64_t)kvh * head_dim;
+                    const int64_t soff = (row0 + t0) * n_heads + (int64_t)kvh * group; /* lse, D of head 0, row t0 */
+                    gather_heads(qg, q + qoff, qs, m, group, head_dim);
+                    gather_heads(dog, dout + qoff, qs, m, group, head_dim);
+                    qlt_cpu_sgemm(0, 1, gm, nk, head_dim, scale, qg, head_dim, k + koff, ks, 0.0f, p, nk);
+                    for (int g = 0; g < group; g++)
+                        block_probs(p + g * m * nk, m, nk, j0, t0, seg_start + row0, lse + soff + g, NULL, n_heads);
+                    qlt_cpu_sgemm(1, 0, nk, head_dim, gm, 1.0f, p, nk, dog, head_dim, 1.0f, dv + koff, ks);
+                    qlt_cpu_sgemm(0, 1, gm, nk, head_dim, 1.0f, dog, head_dim, v + koff, ks, 0.0f, ds, nk);
+                    for (int g = 0; g < group; g++)
+                        block_dscores(ds + g * m * nk, p + g * m * nk, m, nk, scratch + soff + g, n_heads, scale);
+                    qlt_cpu_sgemm(0, 0, gm, head_dim, nk, 1.0f, ds, nk, k + koff, ks, 0.0f, dqg, head_dim);
+                    scatter_heads(dq + qoff, qs, dqg, m, group, head_dim);
+                    qlt_cpu_sgemm(1, 0, nk, head_dim, gm, 1.0f, ds, nk, qg, head_dim, 1.0f, dk + koff, ks);
                 }
             }
         }

@@ -33,8 +33,8 @@ typedef void (*qlt_cpu_gemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, 
  * +inf above 88.3 (a little early: e^88.72 is the largest float), NaN stays NaN. */
 static inline float qlt_cpu_expf(float x) {
     const float hi = 88.3f, lo = -87.3f;
-    float xc = x > hi ? hi : x;
-    xc = xc < lo ? lo : xc;
+    float xc = x < hi ? x : hi; /* NaN -> hi: every step below stays finite, the result is picked at the end */
+    xc = xc > lo ? xc : lo;
     float kf = xc * 1.44269504088896341f;
     kf = (kf + 12582912.0f) - 12582912.0f; /* round to nearest integer (|kf| < 2^22) */
     float r = xc - kf * 0.693359375f;
@@ -46,7 +46,7 @@ static inline float qlt_cpu_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * (r * r) + r + 1.0f;
-    int32_t bits = ((int32_t)kf + 127) << 23;
+    uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23; /* 2^kf, kf in [-126, 127] */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     float e = p * scale;
