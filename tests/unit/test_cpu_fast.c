@@ -220,46 +220,53 @@ Test(cpu_fast, lm_head_loss_matches_the_reference) {
 }
 
 /* The LoRA group of three sites (q/k/v-like widths, outputs side by side in one row), with the workspace and
- * without (site by site), forward and backward (dx beta 0 and 1, and no dx): u, y, du, dA, dB and dx within
- * 1e-5 of each one's largest value. */
+ * without (site by site), on 70 tokens (the calling thread alone) and 700 (the group split across threads),
+ * forward and backward (dx beta 0 and 1, and no dx): u, y, du, dA, dB and dx within 1e-5 of each one's
+ * largest value. */
 Test(cpu_fast, lora_group_matches_the_reference) {
     enum { K = 3, R = 4 };
-    const int64_t n = 70, in = 40, outs[K] = {24, 8, 8}, ld = 40;
-    float *x = random_floats(n * in, 1.0f), *dy = random_floats(n * ld, 1.0f), *params = random_floats(K * R * (in + 24), 0.5f);
-    float *work = malloc(sizeof(float) * 2 * K * R * in);
-    for (int with_work = 0; with_work < 2; with_work++)
-        for (int variant = 0; variant < 3; variant++) { /* dx beta 0, dx beta 1, no dx */
-            float *y = random_floats(n * ld, 1.0f), *yr = copy_floats(y, n * ld);
-            float *grads = random_floats(K * R * (in + 24), 0.1f), *gradsr = copy_floats(grads, K * R * (in + 24));
-            qlt_lora_site s[K], sr[K];
-            int64_t off = 0, col = 0;
-            for (int i = 0; i < K; i++) {
-                s[i] = (qlt_lora_site){.y = y + col, .dy = dy + col, .ld = ld, .out = outs[i], .a = params + off,
-                                       .b = params + off + R * in, .da = grads + off, .db = grads + off + R * in};
-                sr[i] = s[i];
-                sr[i].y = yr + col, sr[i].da = gradsr + off, sr[i].db = gradsr + off + R * in;
-                off += R * (in + outs[i]);
-                col += outs[i];
+    const int64_t in = 40, outs[K] = {24, 8, 8}, ld = 40, np = K * R * (in + 24);
+    float *params = random_floats(np, 0.5f), *work = malloc(sizeof(float) * 2 * K * R * in);
+    for (int64_t n = 70; n <= 700; n += 630) {
+        float *x = random_floats(n * in, 1.0f), *dy = random_floats(n * ld, 1.0f);
+        float *u = malloc(sizeof(float) * n * K * R), *ur = malloc(sizeof(float) * n * K * R);
+        float *du = malloc(sizeof(float) * n * K * R), *dur = malloc(sizeof(float) * n * K * R);
+        for (int with_work = 0; with_work < 2; with_work++)
+            for (int variant = 0; variant < 3; variant++) { /* dx beta 0, dx beta 1, no dx */
+                float *y = random_floats(n * ld, 1.0f), *yr = copy_floats(y, n * ld);
+                float *grads = random_floats(np, 0.1f), *gradsr = copy_floats(grads, np);
+                qlt_lora_site s[K], sr[K];
+                int64_t off = 0, col = 0;
+                for (int i = 0; i < K; i++) {
+                    s[i] = (qlt_lora_site){.y = y + col, .dy = dy + col, .ld = ld, .out = outs[i], .a = params + off,
+                                           .b = params + off + R * in, .da = grads + off, .db = grads + off + R * in};
+                    sr[i] = s[i];
+                    sr[i].y = yr + col, sr[i].da = gradsr + off, sr[i].db = gradsr + off + R * in;
+                    off += R * (in + outs[i]);
+                    col += outs[i];
+                }
+                qlt_cpu_lora_fwd_fast(s, K, u, x, n, in, R, 0.5f, work, with_work ? K * R * in : 0);
+                qlt_cpu_lora_fwd(sr, K, ur, x, n, in, R, 0.5f);
+                cr_expect_leq(max_rel(u, ur, n * K * R), 1e-5, "n %lld work %d: u %.3g", (long long)n, with_work,
+                              max_rel(u, ur, n * K * R));
+                cr_expect_leq(max_rel(y, yr, n * ld), 1e-5, "n %lld work %d: y %.3g", (long long)n, with_work,
+                              max_rel(y, yr, n * ld));
+                float *dx = variant == 2 ? NULL : random_floats(n * in, 1.0f), *dxr = dx ? copy_floats(dx, n * in) : NULL;
+                qlt_cpu_lora_bwd_fast(s, K, du, ur, x, dx, (float)variant, n, in, R, 0.5f, work,
+                                      with_work ? 2 * K * R * in : 0);
+                qlt_cpu_lora_bwd(sr, K, dur, ur, x, dxr, (float)variant, n, in, R, 0.5f);
+                cr_expect_leq(max_rel(du, dur, n * K * R), 1e-5, "n %lld work %d variant %d: du %.3g", (long long)n,
+                              with_work, variant, max_rel(du, dur, n * K * R));
+                cr_expect_leq(max_rel(grads, gradsr, np), 1e-5, "n %lld work %d variant %d: dA, dB %.3g", (long long)n,
+                              with_work, variant, max_rel(grads, gradsr, np));
+                if (dx)
+                    cr_expect_leq(max_rel(dx, dxr, n * in), 1e-5, "n %lld work %d variant %d: dx %.3g", (long long)n,
+                                  with_work, variant, max_rel(dx, dxr, n * in));
+                free(y), free(yr), free(grads), free(gradsr), free(dx), free(dxr);
             }
-            float u[70 * K * R], ur[70 * K * R], du[70 * K * R], dur[70 * K * R];
-            qlt_cpu_lora_fwd_fast(s, K, u, x, n, in, R, 0.5f, work, with_work ? K * R * in : 0);
-            qlt_cpu_lora_fwd(sr, K, ur, x, n, in, R, 0.5f);
-            cr_expect_leq(max_rel(u, ur, n * K * R), 1e-5, "work %d: u %.3g", with_work, max_rel(u, ur, n * K * R));
-            cr_expect_leq(max_rel(y, yr, n * ld), 1e-5, "work %d: y %.3g", with_work, max_rel(y, yr, n * ld));
-            float *dx = variant == 2 ? NULL : random_floats(n * in, 1.0f), *dxr = dx ? copy_floats(dx, n * in) : NULL;
-            qlt_cpu_lora_bwd_fast(s, K, du, ur, x, dx, (float)variant, n, in, R, 0.5f, work,
-                                  with_work ? 2 * K * R * in : 0);
-            qlt_cpu_lora_bwd(sr, K, dur, ur, x, dxr, (float)variant, n, in, R, 0.5f);
-            cr_expect_leq(max_rel(du, dur, n * K * R), 1e-5, "work %d variant %d: du %.3g", with_work, variant,
-                          max_rel(du, dur, n * K * R));
-            cr_expect_leq(max_rel(grads, gradsr, off), 1e-5, "work %d variant %d: dA, dB %.3g", with_work, variant,
-                          max_rel(grads, gradsr, off));
-            if (dx)
-                cr_expect_leq(max_rel(dx, dxr, n * in), 1e-5, "work %d variant %d: dx %.3g", with_work, variant,
-                              max_rel(dx, dxr, n * in));
-            free(y), free(yr), free(grads), free(gradsr), free(dx), free(dxr);
-        }
-    free(x), free(dy), free(params), free(work);
+        free(x), free(dy), free(u), free(ur), free(du), free(dur);
+    }
+    free(params), free(work);
 }
 
 /* `bench --device cpu` on the demo model's config: it trains and prints tokens/s and the comparison of its
