@@ -17,6 +17,7 @@ LAYERS = [
     ["backend", "formats", "data"],               # the op table + weight type, weight files, datasets
     ["cpu", "cuda", "autograd"],                  # the two backends, the tape
     ["model"],                                    # architectures, weights on a backend, LoRA, forward
+    ["infer"],                                    # generation: the KV-cache decoder, sampling, text out
     ["train"],                                    # the training loop, checkpoints, device choice
     ["cli"],                                      # the commands
     ["main.c"],

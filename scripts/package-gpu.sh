@@ -4,7 +4,8 @@
 #   carry/bin/     qlora-train, qlt_gpu_check and the shared libraries the GPU machine lacks (rpath $ORIGIN),
 #                  libkernel_trace.so (tools/kernel_trace.c) with the CUPTI it was built against, and
 #                  gemm_probe (tools/gemm_probe.cu), gemm_beta_probe (tools/gemm_beta_probe.cu),
-#                  nf4_gemm_probe (tools/nf4_gemm_probe.cu) and l2_ring_probe (tools/l2_ring_probe.cu)
+#                  nf4_gemm_probe (tools/nf4_gemm_probe.cu), l2_ring_probe (tools/l2_ring_probe.cu) and
+#                  attention_wgmma_probe (tools/attention_wgmma_probe.cu)
 #   carry/models/  config.json of the real models of ../shared/models (random-weight benchmarks)
 #   carry/assets/  with --assets: sotu.jsonl and the real Qwen3 / Llama-3 tokenizers (tokenizer benchmark)
 #   .whl/          with --bnb: the bitsandbytes 0.49.2 wheel from PyPI, slimmed to its CUDA 13.0 library (the GPU
@@ -40,6 +41,10 @@ nvcc=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
 # the dequantized weight kept in L2 by row chunks (tools/l2_ring_probe.cu): time and energy against the whole weight
 "$nvcc" -O2 -std=c++17 -Isrc -gencode arch=compute_90a,code=sm_90a tools/l2_ring_probe.cu build/libqlt.a -lcublas \
   -lz -lgomp -ldl -Xlinker -rpath -Xlinker '$ORIGIN' -o carry/bin/l2_ring_probe
+# the Hopper attention kernels moved out of the product (tools/attention_*_wgmma.cu) against its own kernels
+"$nvcc" -O2 -std=c++17 -Isrc -Itools -gencode arch=compute_90a,code=sm_90a tools/attention_wgmma_probe.cu \
+  tools/attention_fwd_wgmma.cu tools/attention_bwd_wgmma.cu build/libqlt.a -lcublasLt -lcublas -lz -lgomp -ldl \
+  -Xlinker -rpath -Xlinker '$ORIGIN' -o carry/bin/attention_wgmma_probe
 shared=${SHARED_DIR:-../shared}
 for d in "$shared"/models/*/; do
   [ -f "$d/config.json" ] && cp "$d/config.json" "carry/models/$(basename "$d").json"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """trace_summary.py: what one training step's kernel timeline says (the TSV tools/kernel_trace.c writes, as
 scripts/trace-step.sh records it): the step's span and busy time, the largest gaps by neighbouring kernel pair,
-the time per kernel, and the time per part of the step (GEMMs, attention, NF4 dequantization, ...: the "where
-the time goes" table of docs/PERF.md). With --against OLD.tsv, the kernels whose time changed most between
+the time per kernel, and the time per part of the step (GEMMs, attention, NF4 dequantization, ...: the table
+in "Where a 7B step's time and energy go" of docs/PERF.md). With --against OLD.tsv, the kernels whose time changed most between
 the two timelines (an A/B of two builds traced in the same device call).
   python3 scripts/trace_summary.py TRACE.tsv [--top N] [--against OLD.tsv]"""
 import argparse

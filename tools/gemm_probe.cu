@@ -25,7 +25,7 @@
 
 #define CHECK(x) PROBE_CHECK("gemm_probe", x)
 
-/* row-major C [m, n] = op(A) op(B) + beta C, as src/cuda/linear.cu calls cuBLAS */
+/* row-major C [m, n] = op(A) op(B) + beta C, as src/cuda/gemm.cu calls cuBLAS */
 struct shape {
     const char *name;
     int ta, tb;

@@ -52,7 +52,7 @@ struct probe {
     int64_t m;
 };
 
-/* y [m, ROWS] = x [m, COLS] . W^T for weight rows [r0, r0 + rows) (row-major, as src/cuda/linear.cu calls it) */
+/* y [m, ROWS] = x [m, COLS] . W^T for weight rows [r0, r0 + rows) (row-major, as src/cuda/gemm.cu calls it) */
 static void gemm_rows(probe &p, const __nv_bfloat16 *w, int64_t r0, int64_t rows) {
     const float one = 1.0f, zero = 0.0f;
     CHECK(cublasGemmEx(p.h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)p.m, (int)COLS, &one, w, CUDA_R_16BF, (int)COLS,

@@ -1,7 +1,7 @@
 /* nf4_gemm.cu: an experiment, not part of qlora-train (the trainer dequantizes into a bf16 buffer and calls
- * cuBLAS, src/cuda/linear.cu): GEMMs that dequantize NF4 in their mainloop, so no bf16 copy of W is ever
+ * cuBLAS: src/cuda/linear.cu, gemm.cu): GEMMs that dequantize NF4 in their mainloop, so no bf16 copy of W is ever
  * written to or read from global memory (the separate dequantization is ~10% of a 7B micro-batch-1 step).
- * Measured on the H100 by tools/nf4_gemm_probe.cu (docs/PERF.md, "Eighth session"): values as exact as
+ * Measured on the H100 by tools/nf4_gemm_probe.cu (docs/PERF.md, "Tried and not kept"): values as exact as
  * dequantize + cuBLAS, but 0.35-0.5x its speed, so the trainer does not use it.
  *
  * One CTA computes a [128 x BN] tile of C = A . B over k tiles of 64, with three warpgroups:

@@ -1,5 +1,5 @@
 /* nf4_gemm_probe.cu: a measuring tool for the GPU machine (not part of qlora-train): on Qwen2.5-7B's frozen
- * weight shapes at M tokens, compares the NF4-dequantizing GEMM (src/cuda/nf4_gemm.cu) with what the trainer
+ * weight shapes at M tokens, compares the NF4-dequantizing GEMM (tools/nf4_gemm.cu) with what the trainer
  * runs otherwise, the dequantization kernel + cublasGemmEx, for values and time.
  *   values: both against an fp32-output cuBLAS GEMM of the same dequantized weight; prints each path's
  *           max |error| relative to max |reference| (the fused path must not be worse than 1.5x cuBLAS's).
@@ -57,7 +57,7 @@ struct shape {
 
 static cublasHandle_t blas;
 
-/* the GEMM of the unfused path on the dequantized stack wbuf, as src/cuda/linear.cu calls it */
+/* the GEMM of the unfused path on the dequantized stack wbuf, as src/cuda/gemm.cu calls it */
 static void gemm_only(const shape &s, const __nv_bfloat16 *wbuf, long R, long M, const __nv_bfloat16 *in, void *out,
                       cudaDataType_t out_type, float beta) {
     const float one = 1.0f;

@@ -1,5 +1,5 @@
 /* nf4_gemm_rs.cu: an experiment, not part of qlora-train. It is the forward GEMM that dequantizes NF4 in its
- * mainloop, in the layout the eighth session's kernel (tools/nf4_gemm.cu) pointed to. That kernel was bound
+ * mainloop, in the layout the shared-memory kernel's measurements (tools/nf4_gemm.cu) pointed to. That kernel was bound
  * by one producer warp writing bf16 tiles of W into shared memory. Here W never reaches shared memory as bf16:
  * the consumer warps build the A fragments of a register-A wgmma from the 4-bit codes.
  *

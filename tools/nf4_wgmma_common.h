@@ -6,7 +6,7 @@
 #define QLT_TOOLS_NF4_WGMMA_COMMON_H
 
 #include "backend/weight.h"
-#include "cuda/wgmma_tiles.h"
+#include "wgmma_tiles.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>

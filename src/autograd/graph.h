@@ -8,7 +8,10 @@
  * Nothing is allocated inside a step, which is what lets CUDA capture a whole step as a graph.
  * Conventions: "activations use =, parameters use +=": parameter gradients accumulate across
  * micro-batches, activation gradients are written by their first contribution (beta 0) and accumulated
- * by later ones (beta 1). */
+ * by later ones (beta 1).
+ * Files: graph.c is the tape core (values, gradients, the arena, the backward loop); each recorded op and its
+ * backward sit together in graph_norm.c, graph_linear.c, graph_attention.c or graph_elementwise.c
+ * (graph_internal.h: what they share with the core). */
 #ifndef QLT_GRAPH_H
 #define QLT_GRAPH_H
 
@@ -47,6 +50,7 @@ typedef enum qlt_node_kind {
     QLT_NODE_ADD,            /* a, b [count] act -> y [count] act */
     QLT_NODE_CUSTOM,         /* a block whose backward is supplied by its creator (gradient checkpointing):
                               * in and out values of the same count, [n, hidden] for a layer */
+    QLT_NODE_KIND_COUNT,     /* the number of kinds (not a kind) */
 } qlt_node_kind;
 
 typedef struct qlt_graph qlt_graph;
@@ -152,7 +156,7 @@ int qlt_ag_head_norm_rope(qlt_graph *g, int x, const float *w, const int32_t *po
  * gu's gradient over gu itself (its last reader). */
 int qlt_ag_swiglu(qlt_graph *g, int gu, int64_t n, int64_t inter);
 /* out = a + b. The backward hands out's gradient buffer to a and b instead of copying it whenever that
- * is safe (see graph.c): the residual stream's gradient stays in one buffer. */
+ * is safe (see graph_elementwise.c): the residual stream's gradient stays in one buffer. */
 int qlt_ag_add(qlt_graph *g, int a, int b);
 /* sum = a + b, then y = rmsnorm(sum) in one pass (fused forward; two nodes on the tape). Returns y,
  * *sum = the sum's value. */

@@ -116,7 +116,7 @@ struct qlt_backend {
                            * values are the same either way. The caller sets it before the first step; the CUDA
                            * backend fills it only outside graph capture, so a captured step follows an eager one */
     int cudnn_version;    /* CUDA: the cuDNN (91900 = 9.19.0) whose fused attention runs where max_row_examples
-                           * allows; 0: none (not built in, not loadable, QLT_ATTENTION=own) */
+                           * allows; 0: none (not built in or not loadable) */
     void *impl;           /* backend-private state */
 
     /* ---- memory (may allocate / synchronize; never called inside a step) ---- */
@@ -246,6 +246,11 @@ struct qlt_backend {
                           const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                           int head_dim, float scale);
     size_t (*attention_bwd_scratch_bytes)(qlt_backend *be, int64_t n, int n_heads, int n_kv_heads, int head_dim);
+    /* Inference with a KV cache: n new queries q [n, n_heads*head_dim] at positions past .. past+n-1 against the
+     * keys and values of positions 0 .. past+n-1, k_cache / v_cache [>= past+n, n_kv_heads*head_dim] (the new
+     * tokens' rows already written); query i attends keys 0 .. past+i. out [n, n_heads*head_dim]. */
+    void (*attention_decode)(qlt_backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
+                             int64_t past, int64_t n, int n_heads, int n_kv_heads, int head_dim, float scale);
     /* Optional (NULL: always the backend's own attention): how attention_fwd / attention_bwd will run this
      * shape with max_row_examples and deterministic as they are set now, building what it needs (cuDNN's plans)
      * so no step builds it: QLT_ATTENTION_OWN, QLT_ATTENTION_FUSED_DENSE (lse [batch, n_heads, seq]) or

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/bench_decode.h"
 #include "cli/cli_config.h"
 #include "cli/commands.h"
 #include "common/clock.h"
@@ -25,6 +26,7 @@ typedef struct bench_opts {
     int micro_batch, seq, steps, warmup, r, threads;
     const char *quant, *device, *backward_a, *grad_checkpoint, *attention, *dequant_cache;
     int cuda_graph, deterministic, json, cpu_reference;
+    int decode, prompt_len; /* --decode N: the generation benchmark instead (bench_decode.c) */
 } bench_opts;
 
 static void usage(void) {
@@ -32,20 +34,24 @@ static void usage(void) {
            "                         [--r 16] [--quant nf4|none] [--device auto|cpu|cuda] [--backward-a bf16|fp16|fp32]\n"
            "                         [--grad-checkpoint none|layer|auto] [--attention auto|own|cudnn] [--cuda-graph]\n"
            "                         [--deterministic] [--dequant-cache GIB] [--threads N] [--cpu-reference]\n"
-           "                         [--json]\n\n"
+           "                         [--json]\n"
+           "       qlora-train bench --model CONFIG.json --decode N [--prompt-len 128] [--quant nf4|none] [--device ...]\n\n"
            "Trains LoRA (all seven projections, alpha = 2r) on a random-weight model of CONFIG.json with random\n"
            "tokens; prints tokens/s (median step), peak memory, MFU (4 x linear params x tokens/s over the measured\n"
            "GEMM peak: bf16 on a GPU, OpenBLAS's sgemm on the CPU) and where the time goes; on the CPU also the\n"
            "frozen-weight GEMMs' rate (NF4 dequantization included) against OpenBLAS's sgemm alone on the same\n"
            "shapes. --dequant-cache: train.dequant_cache_gib (GiB that keep the NF4 weights dequantized between\n"
            "steps; 0 = off, the default). --threads: train.threads (CPU; 0 = all cores, the default).\n"
-           "--cpu-reference: train.cpu_reference (the CPU's double-summing reference ops).\n");
+           "--cpu-reference: train.cpu_reference (the CPU's double-summing reference ops).\n"
+           "--decode N: generation instead: a random prompt of --prompt-len tokens, then N tokens one a step (greedy,\n"
+           "KV cache, as `generate`); prints tokens/s and the bandwidth a step reaches against the device's copy\n"
+           "bandwidth.\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){.micro_batch = 4, .seq = 2048, .steps = 10, .warmup = 3, .r = 16, .quant = "nf4",
                       .device = "auto", .backward_a = "bf16", .grad_checkpoint = "none",
-                      .attention = "auto", .dequant_cache = "0"};
+                      .attention = "auto", .dequant_cache = "0", .prompt_len = 128};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--cuda-graph") == 0) { o->cuda_graph = 1; continue; }
@@ -67,6 +73,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         else if (strcmp(a, "--grad-checkpoint") == 0) o->grad_checkpoint = v;
         else if (strcmp(a, "--attention") == 0) o->attention = v;
         else if (strcmp(a, "--dequant-cache") == 0) o->dequant_cache = v;
+        else if (strcmp(a, "--decode") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 20, &o->decode));
+        else if (strcmp(a, "--prompt-len") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 20, &o->prompt_len));
         else return qlt_fail("unknown option '%s' (see qlora-train bench --help)", a);
     }
     if (!o->model) return qlt_fail("--model CONFIG.json is required (e.g. a Hugging Face config.json)");
@@ -241,7 +249,7 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                        (long long)(gemm.calls / o->steps), gemm.shapes, linear_gflops, gemm.threads, sgemm_gflops,
                        sgemm_gflops > 0 ? 100 * linear_gflops / sgemm_gflops : 0);
             /* power from the energy counter where there is one: NVML's power readings are averaged over about a
-             * second and lag a run this short (measured: 541 W read against 705 W from the energy counter) */
+             * second and lag a run this short */
             if (clocks.samples)
                 printf("GPU during the measured steps: SM clock median %.0f MHz (lowest %.0f, maximum %.0f), power-capped "
                        "in %.0f%% of %d samples, power %.0f W of %.0f W (%s)\n",
@@ -272,6 +280,10 @@ int qlt_cmd_bench(int argc, char **argv) {
     }
     bench_opts o;
     if (parse_args(argc, argv, &o) != 0) return qlt_cli_report_error();
+    if (o.decode > 0) {
+        qlt_bench_decode_opts d = {o.model, o.quant, o.device, o.prompt_len, o.decode, o.json};
+        return qlt_bench_decode(&d) == 0 ? 0 : qlt_cli_report_error();
+    }
     char tmp[] = "/tmp/qlt-bench-XXXXXX";
     if (!mkdtemp(tmp)) {
         qlt_fail("cannot create a temporary directory in /tmp");

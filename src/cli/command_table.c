@@ -6,6 +6,7 @@
 const qlt_command qlt_commands[] = {
     {"train", "fine-tune LoRA adapters (--config FILE, --resume auto|DIR)", qlt_cmd_train},
     {"eval", "loss and perplexity of a model (+ adapter) on a dataset", qlt_cmd_eval},
+    {"generate", "text from the model (+ adapter) for a prompt: greedy or sampled, KV cache, streamed", qlt_cmd_generate},
     {"inspect", "architecture, tensors, bytes and NF4 footprint of a model directory", qlt_cmd_inspect},
     {"tokenize", "encode text to token ids or decode ids (tokenizer.json), or benchmark the tokenizer", qlt_cmd_tokenize},
     {"bench", "tokens/s, memory, MFU and time breakdown on a random-weight model of a config.json", qlt_cmd_bench},

@@ -15,6 +15,7 @@ extern const qlt_command qlt_commands[];
 
 int qlt_cmd_train(int argc, char **argv);
 int qlt_cmd_eval(int argc, char **argv);
+int qlt_cmd_generate(int argc, char **argv);
 int qlt_cmd_inspect(int argc, char **argv);
 int qlt_cmd_tokenize(int argc, char **argv);
 int qlt_cmd_quantize(int argc, char **argv);

@@ -188,14 +188,10 @@ static int validate_key(const qlt_config *cfg, const qlt_cfg_entry *e) {
     const void *field = qlt_cfg_cfield(cfg, e);
     char rule[160];
     if (e->type == QLT_CFG_ENUM) {
-        const char *s = *(char *const *)field;
-        char choices[160];
-        snprintf(choices, sizeof choices, ", %s,", e->info.choices);
-        char needle[80];
-        snprintf(needle, sizeof needle, ", %s,", s ? s : "");
-        if (!s || !*s || strchr(s, ',') || !strstr(choices, needle))
-            return qlt_fail("%s = '%s': expected one of %s (e.g. --set %s=%s)", e->info.name, s ? s : "",
-                            e->info.choices, e->info.name, e->info.default_text);
+        int v = *(const int *)field;
+        if (!qlt_cfg_enum_text(e, v))
+            return qlt_fail("%s = %d: expected one of %s (e.g. --set %s=%s)", e->info.name, v, e->info.choices,
+                            e->info.name, e->info.default_text);
     } else if (e->type == QLT_CFG_BOOL) {
         int v = *(const int *)field;
         if (v != 0 && v != 1) return invalid(cfg, e, 0, "must be true or false");
@@ -257,9 +253,12 @@ static cJSON *value_json(const qlt_config *cfg, const qlt_cfg_entry *e) {
     cJSON *list;
     switch (e->type) {
     case QLT_CFG_BOOL: return cJSON_CreateBool(*(const int *)field);
-    case QLT_CFG_STRING:
-    case QLT_CFG_ENUM: {
+    case QLT_CFG_STRING: {
         const char *s = *(char *const *)field;
+        return cJSON_CreateString(s ? s : "");
+    }
+    case QLT_CFG_ENUM: {
+        const char *s = qlt_cfg_enum_text(e, *(const int *)field);
         return cJSON_CreateString(s ? s : "");
     }
     case QLT_CFG_PATHS: {

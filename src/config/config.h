@@ -1,9 +1,11 @@
 /* config.h: the run configuration: one struct, filled from defaults, then a YAML or JSON file, then
  * `--set section.key=value` overrides, in that order.
  *
- * Every key has a default, a type and a one-line help (the schema lives in config.c and is what
+ * Every key has a default, a type and a one-line help (the schema lives in config_schema.c and is what
  * `qlora-train help config` prints). Unknown keys are errors naming the key and the nearest valid one;
- * values of the wrong type are errors naming the file, line and key. Strings are owned by the struct. */
+ * values of the wrong type are errors naming the file, line and key. Strings are owned by the struct.
+ * Keys with a fixed set of values are C enums, read from their text once when the value is set; the schema
+ * maps each value to the text that files, --set, the help and the written JSON use. */
 #ifndef QLT_CONFIG_H
 #define QLT_CONFIG_H
 
@@ -29,10 +31,62 @@ enum {
     QLT_TARGET_ALL = 0x7f,
 };
 
+/* The enum-valued keys. Each enum's values follow the order of the key's choices (the first is the default),
+ * and its *_COUNT is the number of values, not a value. */
+typedef enum qlt_quant { /* model.quant */
+    QLT_QUANT_NF4,
+    QLT_QUANT_NONE,
+    QLT_QUANT_COUNT
+} qlt_quant;
+typedef enum qlt_data_format { /* data.format */
+    QLT_DATA_FORMAT_TEXT,
+    QLT_DATA_FORMAT_COMPLETION,
+    QLT_DATA_FORMAT_ALPACA,
+    QLT_DATA_FORMAT_CHAT,
+    QLT_DATA_FORMAT_TOKENS,
+    QLT_DATA_FORMAT_COUNT
+} qlt_data_format;
+typedef enum qlt_chat_template { /* data.chat_template */
+    QLT_CHAT_TEMPLATE_AUTO,
+    QLT_CHAT_TEMPLATE_CHATML,
+    QLT_CHAT_TEMPLATE_LLAMA3,
+    QLT_CHAT_TEMPLATE_COUNT
+} qlt_chat_template;
+typedef enum qlt_device { /* train.device */
+    QLT_DEVICE_AUTO,
+    QLT_DEVICE_CPU,
+    QLT_DEVICE_CUDA,
+    QLT_DEVICE_COUNT
+} qlt_device;
+typedef enum qlt_lr_schedule { /* train.schedule */
+    QLT_LR_SCHEDULE_CONSTANT,
+    QLT_LR_SCHEDULE_LINEAR,
+    QLT_LR_SCHEDULE_COSINE,
+    QLT_LR_SCHEDULE_COUNT
+} qlt_lr_schedule;
+typedef enum qlt_backward_precision { /* train.backward_a */
+    QLT_BACKWARD_PRECISION_BF16,
+    QLT_BACKWARD_PRECISION_FP16,
+    QLT_BACKWARD_PRECISION_FP32,
+    QLT_BACKWARD_PRECISION_COUNT
+} qlt_backward_precision;
+typedef enum qlt_grad_checkpoint { /* train.grad_checkpoint */
+    QLT_GRAD_CHECKPOINT_NONE,
+    QLT_GRAD_CHECKPOINT_LAYER,
+    QLT_GRAD_CHECKPOINT_AUTO,
+    QLT_GRAD_CHECKPOINT_COUNT
+} qlt_grad_checkpoint;
+typedef enum qlt_attention_impl { /* train.attention */
+    QLT_ATTENTION_IMPL_AUTO,
+    QLT_ATTENTION_IMPL_OWN,
+    QLT_ATTENTION_IMPL_CUDNN,
+    QLT_ATTENTION_IMPL_COUNT
+} qlt_attention_impl;
+
 typedef struct qlt_config {
     struct {
         char *path;        /* model directory (config.json + *.safetensors); "" = built-in demo model */
-        char *quant;       /* "nf4" | "none" */
+        qlt_quant quant;   /* nf4 | none */
         int nf4_blocksize; /* 64 */
         int double_quant;  /* 1 */
     } model;
@@ -48,12 +102,12 @@ typedef struct qlt_config {
     struct {
         qlt_path_list train; /* .jsonl / .jsonl.gz files */
         qlt_path_list eval;
-        char *format;        /* text | completion | alpaca | chat | tokens */
+        qlt_data_format format; /* text | completion | alpaca | chat | tokens */
         int seq_len;         /* 2048 */
         int packing;         /* 1 */
         int shuffle;         /* 1 */
         char *tokenizer;     /* "" = <model.path>/tokenizer.json */
-        char *chat_template; /* auto | chatml | llama3 */
+        qlt_chat_template chat_template; /* auto | chatml | llama3 */
         int train_on_prompt; /* 0 */
         float eval_split;    /* 0 */
         int skip_bad;        /* 0 */
@@ -61,7 +115,7 @@ typedef struct qlt_config {
         int threads;         /* 0 = all cores, for tokenizing */
     } data;
     struct {
-        char *device;        /* auto | cpu | cuda */
+        qlt_device device;   /* auto | cpu | cuda */
         uint64_t seed;       /* 42 */
         int micro_batch;     /* 1 */
         int grad_accum;      /* 1 */
@@ -72,15 +126,15 @@ typedef struct qlt_config {
         float eps;           /* 1e-8 */
         float weight_decay;  /* 0.0 */
         float max_grad_norm; /* 1.0; 0 = off */
-        char *schedule;      /* constant | linear | cosine */
+        qlt_lr_schedule schedule; /* constant | linear | cosine */
         int64_t warmup_steps;/* 0 */
         float warmup_ratio;  /* 0 */
         float min_lr_ratio;  /* 0 */
-        char *backward_a;    /* bf16 | fp16 | fp32 */
-        char *grad_checkpoint; /* none | layer | auto */
+        qlt_backward_precision backward_a; /* bf16 | fp16 | fp32 */
+        qlt_grad_checkpoint grad_checkpoint; /* none | layer | auto */
         int cuda_graph;      /* 0 (the CUDA_GRAPH=1 environment variable also turns it on) */
         int deterministic;   /* 0: fastest kernels (GPU results' last bits may vary run to run) */
-        char *attention;     /* auto | own | cudnn (CUDA: whose attention kernels run) */
+        qlt_attention_impl attention; /* auto | own | cudnn (CUDA: whose attention kernels run) */
         float dequant_cache_gib; /* 0 = off: GiB that keep frozen weights dequantized (be->dequant_cache_bytes) */
         int64_t eval_every;  /* 0 = only at the end when data.eval is set */
         int log_every;       /* 1 */
@@ -105,13 +159,19 @@ void qlt_config_defaults(qlt_config *cfg);
 int qlt_config_load_file(qlt_config *cfg, const char *path);
 /* Applies one "section.key=value" override (value parsed as YAML scalar / flow list). */
 int qlt_config_set(qlt_config *cfg, const char *assignment);
-/* Checks cross-key constraints (r > 0, seq_len >= 2, known enum values, ...). */
+/* Checks cross-key constraints (r > 0, seq_len >= 2, enum fields holding one of their values, ...). */
 int qlt_config_validate(const qlt_config *cfg);
 /* Writes the effective configuration as JSON (for the run directory and checkpoints). */
 int qlt_config_write_json(const qlt_config *cfg, const char *path);
 /* Prints every key with type, default and help. */
 void qlt_config_print_help(void);
 void qlt_config_free(qlt_config *cfg);
+
+/* One value of an enum key: the text files, --set and the written JSON use, and the C enum value. */
+typedef struct qlt_config_enum_value {
+    const char *text; /* "nf4" */
+    int value;        /* QLT_QUANT_NF4 */
+} qlt_config_enum_value;
 
 /* One key as documented: what qlt_config_print_help prints and docs/CONFIG.md lists. */
 typedef struct qlt_config_key {
@@ -122,11 +182,17 @@ typedef struct qlt_config_key {
     const char *help;         /* one line */
     const char *choices;      /* enum: the allowed values, "nf4, none"; NULL otherwise */
     const char *range;        /* numbers: the accepted interval, "[1, inf)"; NULL when any value goes */
+    const qlt_config_enum_value *values; /* enum: [value_count] rows in the order of choices; NULL otherwise */
+    int value_count;
+    int enum_count;           /* enum: the number of values of its C enum (QLT_QUANT_COUNT); 0 otherwise */
 } qlt_config_key;
 
 /* The schema, in file order (sections model, lora, data, train, output): keys 0 .. count-1. */
 int64_t qlt_config_key_count(void);
 const qlt_config_key *qlt_config_key_at(int64_t i);
+/* The text of value `value` of enum key `key` ("data.format", QLT_DATA_FORMAT_CHAT -> "chat"), for messages
+ * and hashes; "?" for a value the key does not have. `key` must name an enum key. */
+const char *qlt_config_enum_text(const char *key, int value);
 /* qlt_config_print_help, to any stream. */
 void qlt_config_fprint_help(FILE *out);
 /* Deep copy: dst gets its own strings. dst's old contents are not freed (free them first if any). */

@@ -21,21 +21,51 @@
 
 #define F(field) offsetof(qlt_config, field)
 /* One macro per type keeps each row of the table to what differs: key, field, default, range, aliases, help. */
-#define INT_KEY(k, f, d, r, a, h) {{k, "int", d, h, NULL, r}, QLT_CFG_INT, F(f), a}
-#define INT64_KEY(k, f, d, r, a, h) {{k, "int64", d, h, NULL, r}, QLT_CFG_INT64, F(f), a}
-#define UINT64_KEY(k, f, d, a, h) {{k, "uint64", d, h, NULL, NULL}, QLT_CFG_UINT64, F(f), a}
-#define FLOAT_KEY(k, f, d, r, a, h) {{k, "float", d, h, NULL, r}, QLT_CFG_FLOAT, F(f), a}
-#define BOOL_KEY(k, f, d, a, h) {{k, "bool", d, h, NULL, NULL}, QLT_CFG_BOOL, F(f), a}
-#define STRING_KEY(k, f, d, a, h) {{k, "string", d, h, NULL, NULL}, QLT_CFG_STRING, F(f), a}
-#define ENUM_KEY(k, f, d, c, a, h) {{k, "enum", d, h, c, NULL}, QLT_CFG_ENUM, F(f), a}
-#define PATHS_KEY(k, f, a, h) {{k, "path list", "[]", h, NULL, NULL}, QLT_CFG_PATHS, F(f), a}
-#define PAIR_KEY(k, f, d, r, a, h) {{k, "float pair", d, h, NULL, r}, QLT_CFG_FLOAT_PAIR, F(f), a}
-#define TARGETS_KEY(k, f, d, a, h) {{k, "targets", d, h, NULL, NULL}, QLT_CFG_TARGETS, F(f), a}
+#define INFO(k, t, d, h, r) {k, t, d, h, NULL, r, NULL, 0, 0}
+#define INT_KEY(k, f, d, r, a, h) {INFO(k, "int", d, h, r), QLT_CFG_INT, F(f), a}
+#define INT64_KEY(k, f, d, r, a, h) {INFO(k, "int64", d, h, r), QLT_CFG_INT64, F(f), a}
+#define UINT64_KEY(k, f, d, a, h) {INFO(k, "uint64", d, h, NULL), QLT_CFG_UINT64, F(f), a}
+#define FLOAT_KEY(k, f, d, r, a, h) {INFO(k, "float", d, h, r), QLT_CFG_FLOAT, F(f), a}
+#define BOOL_KEY(k, f, d, a, h) {INFO(k, "bool", d, h, NULL), QLT_CFG_BOOL, F(f), a}
+#define STRING_KEY(k, f, d, a, h) {INFO(k, "string", d, h, NULL), QLT_CFG_STRING, F(f), a}
+/* An enum key: c is the choices as the help prints them, v the (text, value) table in that order, n its C enum's
+ * *_COUNT. */
+#define ENUM_KEY(k, f, d, c, v, n, a, h)                                                                     \
+    {{k, "enum", d, h, c, NULL, v, (int)(sizeof v / sizeof v[0]), n}, QLT_CFG_ENUM, F(f), a}
+#define PATHS_KEY(k, f, a, h) {INFO(k, "path list", "[]", h, NULL), QLT_CFG_PATHS, F(f), a}
+#define PAIR_KEY(k, f, d, r, a, h) {INFO(k, "float pair", d, h, r), QLT_CFG_FLOAT_PAIR, F(f), a}
+#define TARGETS_KEY(k, f, d, a, h) {INFO(k, "targets", d, h, NULL), QLT_CFG_TARGETS, F(f), a}
+
+/* The values of each enum key. Enum fields are read and written as int (qlt_cfg_apply, validation). */
+static const qlt_config_enum_value quant_values[] = {{"nf4", QLT_QUANT_NF4}, {"none", QLT_QUANT_NONE}};
+static const qlt_config_enum_value format_values[] = {
+    {"text", QLT_DATA_FORMAT_TEXT},   {"completion", QLT_DATA_FORMAT_COMPLETION}, {"alpaca", QLT_DATA_FORMAT_ALPACA},
+    {"chat", QLT_DATA_FORMAT_CHAT},   {"tokens", QLT_DATA_FORMAT_TOKENS},
+};
+static const qlt_config_enum_value chat_template_values[] = {
+    {"auto", QLT_CHAT_TEMPLATE_AUTO}, {"chatml", QLT_CHAT_TEMPLATE_CHATML}, {"llama3", QLT_CHAT_TEMPLATE_LLAMA3}};
+static const qlt_config_enum_value device_values[] = {
+    {"auto", QLT_DEVICE_AUTO}, {"cpu", QLT_DEVICE_CPU}, {"cuda", QLT_DEVICE_CUDA}};
+static const qlt_config_enum_value schedule_values[] = {
+    {"constant", QLT_LR_SCHEDULE_CONSTANT}, {"linear", QLT_LR_SCHEDULE_LINEAR}, {"cosine", QLT_LR_SCHEDULE_COSINE}};
+static const qlt_config_enum_value backward_a_values[] = {{"bf16", QLT_BACKWARD_PRECISION_BF16},
+                                                          {"fp16", QLT_BACKWARD_PRECISION_FP16},
+                                                          {"fp32", QLT_BACKWARD_PRECISION_FP32}};
+static const qlt_config_enum_value grad_checkpoint_values[] = {
+    {"none", QLT_GRAD_CHECKPOINT_NONE}, {"layer", QLT_GRAD_CHECKPOINT_LAYER}, {"auto", QLT_GRAD_CHECKPOINT_AUTO}};
+static const qlt_config_enum_value attention_values[] = {
+    {"auto", QLT_ATTENTION_IMPL_AUTO}, {"own", QLT_ATTENTION_IMPL_OWN}, {"cudnn", QLT_ATTENTION_IMPL_CUDNN}};
+_Static_assert(sizeof(qlt_quant) == sizeof(int) && sizeof(qlt_data_format) == sizeof(int) &&
+                   sizeof(qlt_chat_template) == sizeof(int) && sizeof(qlt_device) == sizeof(int) &&
+                   sizeof(qlt_lr_schedule) == sizeof(int) && sizeof(qlt_backward_precision) == sizeof(int) &&
+                   sizeof(qlt_grad_checkpoint) == sizeof(int) && sizeof(qlt_attention_impl) == sizeof(int),
+               "enum fields are read and written as int");
 
 static const qlt_cfg_entry schema[] = {
     STRING_KEY("model.path", model.path, "\"\"", "base_model|model_name_or_path|model_path|model_dir",
                "model directory (config.json, *.safetensors, tokenizer.json), or random:CONFIG.json (random weights); required"),
-    ENUM_KEY("model.quant", model.quant, "nf4", "nf4, none", "quantization|load_in_4bit|bnb_4bit_quant_type",
+    ENUM_KEY("model.quant", model.quant, "nf4", "nf4, none", quant_values, QLT_QUANT_COUNT,
+             "quantization|load_in_4bit|bnb_4bit_quant_type",
              "how the frozen base is stored: nf4 = 4-bit NormalFloat blocks (QLoRA), none = bf16"),
     INT_KEY("model.nf4_blocksize", model.nf4_blocksize, "64", "[32, 4096]", "blocksize|block_size",
             "weights per NF4 block, each with its own absmax scale; a power of two"),
@@ -59,7 +89,8 @@ static const qlt_cfg_entry schema[] = {
               "training data: a .jsonl / .jsonl.gz file or a list of them"),
     PATHS_KEY("data.eval", data.eval, "eval_file|validation_file|test_datasets",
               "evaluation data, same formats as data.train ([] = none)"),
-    ENUM_KEY("data.format", data.format, "text", "text, completion, alpaca, chat, tokens", "type|dataset_format",
+    ENUM_KEY("data.format", data.format, "text", "text, completion, alpaca, chat, tokens", format_values,
+             QLT_DATA_FORMAT_COUNT, "type|dataset_format",
              "record layout: text {text}, completion {prompt, completion}, alpaca {instruction, input, output}, "
              "chat {messages}, tokens {input_ids}"),
     INT_KEY("data.seq_len", data.seq_len, "2048", "[2, inf)",
@@ -71,7 +102,8 @@ static const qlt_cfg_entry schema[] = {
              "shuffle the sequences every epoch (seeded by train.seed)"),
     STRING_KEY("data.tokenizer", data.tokenizer, "\"\"", "tokenizer_path|tokenizer_name",
                "tokenizer.json to use (\"\" = <model.path>/tokenizer.json)"),
-    ENUM_KEY("data.chat_template", data.chat_template, "auto", "auto, chatml, llama3", "template",
+    ENUM_KEY("data.chat_template", data.chat_template, "auto", "auto, chatml, llama3", chat_template_values,
+             QLT_CHAT_TEMPLATE_COUNT, "template",
              "chat format for data.format chat; auto = take it from the tokenizer / model"),
     BOOL_KEY("data.train_on_prompt", data.train_on_prompt, "false", "train_on_inputs",
              "also compute the loss on prompt / user tokens (by default only completions count)"),
@@ -84,7 +116,7 @@ static const qlt_cfg_entry schema[] = {
     INT_KEY("data.threads", data.threads, "0", "[0, inf)", "num_proc|dataset_num_proc",
             "threads for tokenizing (0 = all cores)"),
 
-    ENUM_KEY("train.device", train.device, "auto", "auto, cpu, cuda", "device_map",
+    ENUM_KEY("train.device", train.device, "auto", "auto, cpu, cuda", device_values, QLT_DEVICE_COUNT, "device_map",
              "where to train: auto = cuda when a GPU is present, else cpu"),
     UINT64_KEY("train.seed", train.seed, "42", "random_seed",
                "seed for adapter init, dropout and shuffling (data.eval_split takes the last rows, unseeded)"),
@@ -108,31 +140,33 @@ static const qlt_cfg_entry schema[] = {
     FLOAT_KEY("train.max_grad_norm", train.max_grad_norm, "1.0", "[0, inf)",
               "clip_grad_norm|grad_clip|gradient_clipping",
               "clip the global gradient L2 norm to this; 0 = no clipping"),
-    ENUM_KEY("train.schedule", train.schedule, "constant", "constant, linear, cosine",
-             "lr_scheduler_type|lr_scheduler|scheduler", "learning-rate schedule after warmup"),
+    ENUM_KEY("train.schedule", train.schedule, "constant", "constant, linear, cosine", schedule_values,
+             QLT_LR_SCHEDULE_COUNT, "lr_scheduler_type|lr_scheduler|scheduler", "learning-rate schedule after warmup"),
     INT64_KEY("train.warmup_steps", train.warmup_steps, "0", "[0, inf)", "warmup|num_warmup_steps",
               "steps of linear warmup from 0 to train.lr"),
     FLOAT_KEY("train.warmup_ratio", train.warmup_ratio, "0", "[0, 1]", "warmup_fraction",
               "warmup as a fraction of all steps (set this or train.warmup_steps, not both)"),
     FLOAT_KEY("train.min_lr_ratio", train.min_lr_ratio, "0", "[0, 1]", "min_lr|cosine_min_lr_ratio",
               "where linear / cosine decay ends, as a fraction of train.lr"),
-    ENUM_KEY("train.backward_a", train.backward_a, "bf16", "bf16, fp16, fp32", "backward_precision",
+    ENUM_KEY("train.backward_a", train.backward_a, "bf16", "bf16, fp16, fp32", backward_a_values,
+             QLT_BACKWARD_PRECISION_COUNT, "backward_precision",
              "precision of the input-gradient GEMMs (dX = dY W^T); fp32 is exact but slower"),
-    ENUM_KEY("train.grad_checkpoint", train.grad_checkpoint, "none", "none, layer, auto",
-             "gradient_checkpointing|activation_checkpointing",
+    ENUM_KEY("train.grad_checkpoint", train.grad_checkpoint, "none", "none, layer, auto", grad_checkpoint_values,
+             QLT_GRAD_CHECKPOINT_COUNT, "gradient_checkpointing|activation_checkpointing",
              "recompute activations in backward: none, every layer, or auto (only when memory is short)"),
     BOOL_KEY("train.cuda_graph", train.cuda_graph, "false", "cuda_graphs",
              "capture the whole step as one CUDA graph and replay it (CUDA_GRAPH=1 also turns it on)"),
     BOOL_KEY("train.deterministic", train.deterministic, "false", "full_determinism",
              "bitwise-reproducible GPU steps (a resumed run continues exactly); the attention backward "
-             "then runs without atomics (cuDNN's where it runs costs no speed; the own kernels' 1-2% of an H100 "
-             "step, ~5% on other GPUs)"),
+             "then runs without atomics (no measurable cost with cuDNN's attention; about 5% of a step with the "
+             "own kernels)"),
     FLOAT_KEY("train.dequant_cache_gib", train.dequant_cache_gib, "0", "[0, inf)", "dequant_cache|weight_cache_gib",
               "GiB of memory that keep frozen NF4 weights dequantized from their first use on (bf16 on a GPU, float32 "
               "on the CPU) instead of dequantizing them before every use; same values, same losses; 0 = off (the "
               "QLoRA footprint). A 7B model needs ~12.5 GiB on a GPU for all of its weights; a larger value keeps "
               "what fits in the memory the activations leave"),
-    ENUM_KEY("train.attention", train.attention, "auto", "auto, own, cudnn", "attn_implementation",
+    ENUM_KEY("train.attention", train.attention, "auto", "auto, own, cudnn", attention_values,
+             QLT_ATTENTION_IMPL_COUNT, "attn_implementation",
              "CUDA attention: auto = cuDNN's fused attention where it applies (libcudnn.so.9 loadable, at most 16 "
              "packed examples a row), else the own kernels; own = always the own kernels; cudnn = cuDNN's, and an "
              "error where it cannot run"),
@@ -537,15 +571,28 @@ static void set_string(char **field, const char *value) {
     *field = qlt_xstrdup(value);
 }
 
+/* The value's text (any case) becomes its C enum value, here and only here. */
 static int apply_enum(qlt_config *cfg, const qlt_cfg_entry *e, const qlt_doc_node *node, const qlt_cfg_where *w) {
-    char choice[64];
     if (node->kind == QLT_DOC_SCALAR)
-        for (int i = 0; word_at(e->info.choices, ',', i, choice, sizeof choice); i++)
-            if (!strcasecmp(choice, node->text)) {
-                set_string(qlt_cfg_field(cfg, e), choice);
+        for (int i = 0; i < e->info.value_count; i++)
+            if (!strcasecmp(e->info.values[i].text, node->text)) {
+                *(int *)qlt_cfg_field(cfg, e) = e->info.values[i].value;
                 return 0;
             }
     return value_fail(w, e, node, 1, "expected one of %s", e->info.choices);
+}
+
+const char *qlt_cfg_enum_text(const qlt_cfg_entry *e, int value) {
+    for (int i = 0; i < e->info.value_count; i++)
+        if (e->info.values[i].value == value) return e->info.values[i].text;
+    return NULL;
+}
+
+const char *qlt_config_enum_text(const char *key, int value) {
+    const qlt_cfg_entry *e = qlt_cfg_find(key);
+    QLT_ASSERT(e && e->type == QLT_CFG_ENUM);
+    const char *text = qlt_cfg_enum_text(e, value);
+    return text ? text : "?";
 }
 
 static int apply_paths(qlt_config *cfg, const qlt_cfg_entry *e, const qlt_doc_node *node, const qlt_cfg_where *w) {
@@ -652,7 +699,7 @@ void qlt_config_copy(qlt_config *dst, const qlt_config *src) {
     for (int64_t i = 0; i < SCHEMA_COUNT; i++) {
         const qlt_cfg_entry *e = &schema[i];
         void *field = qlt_cfg_field(dst, e);
-        if (e->type == QLT_CFG_STRING || e->type == QLT_CFG_ENUM) {
+        if (e->type == QLT_CFG_STRING) {
             char **s = field;
             if (*s) *s = qlt_xstrdup(*s);
         } else if (e->type == QLT_CFG_PATHS) {
@@ -666,7 +713,7 @@ void qlt_config_free(qlt_config *cfg) {
     for (int64_t i = 0; i < SCHEMA_COUNT; i++) {
         const qlt_cfg_entry *e = &schema[i];
         void *field = qlt_cfg_field(cfg, e);
-        if (e->type == QLT_CFG_STRING || e->type == QLT_CFG_ENUM) {
+        if (e->type == QLT_CFG_STRING) {
             char **s = field;
             free(*s);
             *s = NULL;
@@ -687,14 +734,14 @@ static int field_differs(const qlt_config *a, const qlt_config *b, const qlt_cfg
     const void *fa = qlt_cfg_cfield(a, e), *fb = qlt_cfg_cfield(b, e);
     switch (e->type) {
     case QLT_CFG_INT:
-    case QLT_CFG_BOOL: return *(const int *)fa != *(const int *)fb;
+    case QLT_CFG_BOOL:
+    case QLT_CFG_ENUM: return *(const int *)fa != *(const int *)fb;
     case QLT_CFG_INT64: return *(const int64_t *)fa != *(const int64_t *)fb;
     case QLT_CFG_UINT64: return *(const uint64_t *)fa != *(const uint64_t *)fb;
     case QLT_CFG_FLOAT: return *(const float *)fa != *(const float *)fb;
     case QLT_CFG_FLOAT_PAIR: return memcmp(fa, fb, 2 * sizeof(float)) != 0;
     case QLT_CFG_TARGETS: return *(const unsigned *)fa != *(const unsigned *)fb;
-    case QLT_CFG_STRING:
-    case QLT_CFG_ENUM: return strings_differ(*(char *const *)fa, *(char *const *)fb);
+    case QLT_CFG_STRING: return strings_differ(*(char *const *)fa, *(char *const *)fb);
     case QLT_CFG_PATHS: {
         const qlt_path_list *la = fa, *lb = fb;
         if (la->count != lb->count) return 1;

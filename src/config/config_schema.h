@@ -17,7 +17,7 @@ typedef enum {
     QLT_CFG_FLOAT,      /* float */
     QLT_CFG_BOOL,       /* int, 0 or 1 */
     QLT_CFG_STRING,     /* char *, heap-owned */
-    QLT_CFG_ENUM,       /* char *, heap-owned, one of info.choices */
+    QLT_CFG_ENUM,       /* a C enum (int-sized), one of info.values[].value */
     QLT_CFG_PATHS,      /* qlt_path_list */
     QLT_CFG_FLOAT_PAIR, /* float[2] */
     QLT_CFG_TARGETS,    /* unsigned, QLT_TARGET_* bits */
@@ -62,6 +62,9 @@ void qlt_cfg_format_number(const qlt_config *cfg, const qlt_cfg_entry *e, int in
 int qlt_cfg_in_range(const qlt_cfg_entry *e, double v);
 /* "must be >= 1", "must be in [0, 1)" for an entry with a range. */
 void qlt_cfg_range_rule(const qlt_cfg_entry *e, char *buf, size_t size);
+
+/* The text of an enum entry's value, or NULL when the entry has no such value. */
+const char *qlt_cfg_enum_text(const qlt_cfg_entry *e, int value);
 
 /* Pointers into the struct for an entry. */
 void *qlt_cfg_field(qlt_config *cfg, const qlt_cfg_entry *e);

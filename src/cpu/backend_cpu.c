@@ -124,6 +124,11 @@ static void cpu_rope(qlt_backend *be, void *x, const int32_t *pos, const float *
     else qlt_cpu_rope_fast(x, pos, inv_freq, n, heads, head_dim, inverse);
 }
 
+static void cpu_attention_decode(qlt_backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
+                                 int64_t past, int64_t n, int n_heads, int n_kv_heads, int head_dim, float scale) {
+    qlt_cpu_attention_decode(out, q, k_cache, v_cache, past, n, n_heads, n_kv_heads, head_dim, scale);
+}
+
 static void cpu_attention_fwd(qlt_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
                               const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                               int head_dim, float scale) {
@@ -256,6 +261,7 @@ qlt_backend *qlt_backend_cpu_create(int threads, int reference) {
     be->linear_lora_bwd = qlt_cpu_linear_lora_bwd;
     be->rope = cpu_rope;
     be->attention_fwd = cpu_attention_fwd;
+    be->attention_decode = cpu_attention_decode;
     be->attention_bwd = cpu_attention_bwd;
     be->attention_bwd_scratch_bytes = cpu_attention_bwd_scratch_bytes;
     be->swiglu_fwd = cpu_swiglu_fwd;

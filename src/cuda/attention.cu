@@ -23,17 +23,16 @@
  * The mma / ldmatrix / cp.async helpers and the fragment layouts are in attention_tiles.h. B from a
  * row-major [n][k] tile (K for S = Q K^T) is ldb_pair; B from a row-major [k][n] tile (V for O = P V)
  * is ldmatrix.x4.trans, which yields the B fragments of two adjacent n8 tiles. */
+#include "common/env.h"
 #include "cuda/attention_bwd_fused.h"
-#include "cuda/attention_bwd_wgmma.h"
 #include "cuda/attention_cudnn.h"
-#include "cuda/attention_fwd_wgmma.h"
 #include "cuda/attention_tiles.h"
 #include "cuda/backend_cuda.h"
 
 /* Pipelines: STAGES = 2 double-buffers the streamed tiles (the next tile's cp.async is in flight while
- * the current one is multiplied); STAGES = 1 loads then computes (set QLT_ATTN_STAGES=1 in the
- * environment to select it, for bisecting). Every iteration commits exactly one group (possibly empty),
- * so wait_group<STAGES - 1> always means "the current tile has landed". */
+ * the current one is multiplied); STAGES = 1 would load then compute. The launchers instantiate 2. Every
+ * iteration commits exactly one group (possibly empty), so wait_group<STAGES - 1> always means "the current
+ * tile has landed". */
 
 template <int HD> struct att_cfg {
     static constexpr int LD = HD + 8;
@@ -562,16 +561,6 @@ static void attn_check_args(int n_heads, int n_kv_heads, const void *q, const vo
     abort();
 }
 
-/* QLT_ATTN_STAGES=1 in the environment selects the unpipelined kernels (read once) */
-static int attn_stages(void) {
-    static int stages = 0;
-    if (!stages) {
-        const char *e = getenv("QLT_ATTN_STAGES");
-        stages = (e && e[0] == '1') ? 1 : 2;
-    }
-    return stages;
-}
-
 template <int HD, int STAGES>
 static void attn_fwd_launch(cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                             const int32_t *seg, int batch, int seq, int n_heads, int n_kv, float scale) {
@@ -586,8 +575,7 @@ static void attn_fwd_launch(cudaStream_t s, bf16 *out, float *lse, const bf16 *q
 template <int HD>
 static void attn_fwd_dispatch(cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                               const int32_t *seg, int batch, int seq, int n_heads, int n_kv, float scale) {
-    if (attn_stages() == 1) attn_fwd_launch<HD, 1>(s, out, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
-    else attn_fwd_launch<HD, 2>(s, out, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
+    attn_fwd_launch<HD, 2>(s, out, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
 }
 
 /* cuDNN's fused attention takes a call when cuDNN is loaded and the run's rows hold at most
@@ -603,8 +591,7 @@ static qlt_cudnn_attn *attn_cudnn_for(qlt_backend *be, qlt_cudnn_attn_shape *sh,
     if (be->attention_own || most < 1 || most > QLT_FUSED_ATTENTION_MAX_ROW_EXAMPLES) return NULL;
     static int force_ragged = -1;
     if (force_ragged < 0) {
-        const char *e = getenv("QLT_CUDNN_RAGGED");
-        force_ragged = e && e[0] == '1';
+        force_ragged = qlt_env_flag(QLT_ENV_CUDNN_RAGGED);
     }
     *sh = (qlt_cudnn_attn_shape){batch, seq, n_heads, n_kv, hd, most == 1 && !force_ragged ? 0 : most,
                                  be->deterministic, scale};
@@ -635,10 +622,6 @@ void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *
     cudaStream_t s = cuda_impl_of(be)->stream;
     bf16 *o = (bf16 *)out;
     const bf16 *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
-    if (qlt_attn_fwd_wgmma_usable(head_dim)) {
-        qlt_attn_fwd_wgmma(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale);
-        return;
-    }
     switch (head_dim) {
     case 16: attn_fwd_dispatch<16>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
     case 32: attn_fwd_dispatch<32>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
@@ -725,10 +708,7 @@ template <int HD>
 static void attn_bwd_dispatch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float *dsum, const bf16 *dout,
                               const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *seg,
                               int batch, int seq, int n_heads, int n_kv, float scale) {
-    if (attn_stages() == 1)
-        attn_bwd_launch<HD, 1>(s, dq, dk, dv, dsum, dout, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
-    else
-        attn_bwd_launch<HD, 2>(s, dq, dk, dv, dsum, dout, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
+    attn_bwd_launch<HD, 2>(s, dq, dk, dv, dsum, dout, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
 }
 
 void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
@@ -760,21 +740,15 @@ void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float
     CUDA_CHECK_LAUNCH();
     bf16 *a = (bf16 *)dq, *bk = (bf16 *)dk, *c = (bf16 *)dv;
     const bf16 *d = (const bf16 *)dout, *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
-    /* the one-pass backward (dQ by atomics), or with be->deterministic on compute 9.0 the wgmma kernels; both
-     * leave GQA's dK / dV as per-head partials that the group sum adds up */
-    const bool fused = qlt_attn_bwd_fused_supported(head_dim) && !be->deterministic;
-    if (fused || qlt_attn_bwd_wgmma_usable(head_dim)) {
+    /* the one-pass backward (dQ by atomics; head dims 64 and 128) unless be->deterministic: it leaves GQA's dK / dV
+     * as per-head partials that the group sum adds up */
+    if (qlt_attn_bwd_fused_supported(head_dim) && !be->deterministic) {
         const int64_t n = (int64_t)batch * seq;
         char *part = (char *)scratch + attn_partials_offset(n, n_heads);
         bf16 *pdk = (bf16 *)part, *pdv = pdk + n * n_heads * head_dim;
-        if (fused) {
-            float *acc = (float *)(part + attn_partials_bytes(n, n_heads, n_kv_heads, head_dim));
-            qlt_attn_bwd_fused(s, a, bk, c, acc, pdk, pdv, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads,
-                               n_kv_heads, head_dim, scale);
-        } else {
-            qlt_attn_bwd_wgmma_deterministic(s, a, bk, c, pdk, pdv, scratch, d, lse, qq, kk, vv, seg_start, batch, seq,
-                                             n_heads, n_kv_heads, scale);
-        }
+        float *acc = (float *)(part + attn_partials_bytes(n, n_heads, n_kv_heads, head_dim));
+        qlt_attn_bwd_fused(s, a, bk, c, acc, pdk, pdv, scratch, d, lse, qq, kk, vv, seg_start, batch, seq, n_heads,
+                           n_kv_heads, head_dim, scale);
         if (n_heads != n_kv_heads) {
             attn_group_sum_kernel<<<qlt_grid(n * n_kv_heads * head_dim / 8, 256), 256, 0, s>>>(bk, c, pdk, pdv, n, n_heads,
                                                                                            n_kv_heads, head_dim);

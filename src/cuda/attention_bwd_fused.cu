@@ -19,7 +19,6 @@
  * per group in fp32 (deterministically; as autograd sums the bf16 gradients of Hugging Face's repeat_kv);
  * without GQA they are written as bf16 directly. */
 #include "cuda/attention_bwd_fused.h"
-#include "cuda/attention_bwd_wgmma.h"
 #include "cuda/attention_tiles.h"
 
 #define FUSED_THREADS 256
@@ -60,8 +59,7 @@ static __global__ void __launch_bounds__(FUSED_THREADS, 1)
     int *s_seg = (int *)(s_D + 2 * BM);
 
     /* a 1-D grid, key tile slowest: CTAs start in index order, so the first key tiles (the most query
-     * tiles) of every head and row start first and the shortest fill the tail (measured against key tiles
-     * fastest: B4 S2048 H28/4 causal 1.79 -> 1.70 ms, packed 0.85 -> 0.83, B1 causal 0.56 -> 0.45) */
+     * tiles) of every head and row start first and the shortest fill the tail */
     const int hb = n_heads * batch, tile = blockIdx.x / hb, h = blockIdx.x % n_heads, b = (blockIdx.x % hb) / n_heads;
     const int n0 = tile * BN, kvh = h / (n_heads / n_kv);
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -192,7 +190,7 @@ static __global__ void __launch_bounds__(FUSED_THREADS, 1)
         }
 
         /* 4. dQ_acc += dS K: rows (queries) dr0.. (2 m16 tiles), columns dc0.. (NQ n8 tiles), k = keys (after
-         * dK / dV: measured 4% faster than before them) */
+         * dK / dV, so the atomics overlap the next tile's loads) */
         float dqa[2][NQ][4];
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
@@ -281,9 +279,7 @@ static void fused_launch(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, float *dq
     const int64_t n = (int64_t)batch * seq;
     CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, qlt_attn_bwd_fused_acc_bytes(n, n_heads, HD), s));
     const unsigned grid = (unsigned)(((seq + fused_cfg<HD>::BN - 1) / fused_cfg<HD>::BN) * n_heads * batch);
-    if (qlt_attn_bwd_wgmma_usable(HD)) {
-        qlt_attn_bwd_wgmma(s, dq_acc, dk, dv, pdk, pdv, dsum, dout, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
-    } else if (n_heads == n_kv) {
+    if (n_heads == n_kv) {
         attn_smem_attr(attn_bwd_fused_kernel<HD, false>, smem, &attr_mha);
         attn_bwd_fused_kernel<HD, false><<<grid, FUSED_THREADS, smem, s>>>(dq_acc, dk, dv, NULL, NULL, dout, lse, dsum,
                                                                           q, k, v, seg, seq, n_heads, n_kv, scale, batch);

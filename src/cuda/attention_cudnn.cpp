@@ -1,11 +1,10 @@
 /* attention_cudnn.cpp: causal grouped-query attention through cuDNN's fused flash-attention graphs (the
- * cudnn-frontend SDPA nodes), which on Hopper run at about twice the speed of our own wgmma kernels
- * (measured: B4 S2048 H28/4 hd128 forward 0.23 vs 0.41 ms, backward 0.78 vs 1.49 ms, H100).
+ * cudnn-frontend SDPA nodes), the fastest attention on the GPUs it supports (docs/PERF.md has the numbers).
  *
  * cuDNN is optional at build time (QLT_HAVE_CUDNN: its headers and cudnn-frontend's were found) and at run
  * time: libcudnn.so.9 is opened with dlopen when the backend is created, so the binary runs without it. Any failure (no
  * library, a shape cuDNN does not support, a plan that does not build) makes the call answer 0 and the
- * backend runs its own kernels; nothing is printed unless QLT_ATTENTION=cudnn asked for cuDNN explicitly.
+ * backend runs its own kernels; nothing is printed unless QLT_CUDNN_LIBRARY named a library.
  *
  * Tensors are given to cuDNN in place, without copies: q / out [B*S, H*hd] are B x H x S x hd with strides
  * (S*H*hd, hd, H*hd, 1) ("BSHD"); k / v likewise with n_kv heads (GQA handled by cuDNN). Dense shapes (one
@@ -28,6 +27,7 @@
 #include <deque>
 #include <memory>
 
+#include "common/env.h"
 #include "cuda/attention_cudnn.h"
 #include "cuda/attention_segments.h"
 
@@ -182,7 +182,7 @@ struct qlt_cudnn_attn {
     cudnnHandle_t handle = nullptr;
     cudaStream_t stream = nullptr;
     int version = 0;
-    bool verbose = false; /* QLT_ATTENTION=cudnn: say why cuDNN is not used */
+    bool verbose = false; /* QLT_CUDNN_LIBRARY set: say why cuDNN is not used */
     std::deque<plan_entry> plans; /* a deque: the entries find_plan hands out stay where they are */
     segment_tables tables;     /* ragged shapes: this batch's, remade by every call (stream-ordered) */
     void *workspace = nullptr; /* grown at plan builds only; the backend frees it with its other allocations */
@@ -251,16 +251,15 @@ static bool shape_supported(int seq, int n_heads, int n_kv, int hd) {
 
 extern "C" qlt_cudnn_attn *qlt_cudnn_attn_create(cudaStream_t stream, void *(*alloc)(void *ctx, size_t bytes),
                                                   void *ctx) {
-    const char *want = getenv("QLT_ATTENTION");
-    if (want && strcmp(want, "own") == 0) return nullptr;
-    const bool verbose = want && strcmp(want, "cudnn") == 0;
+    /* QLT_CUDNN_LIBRARY (common/env.h) names a particular libcudnn.so.9 (e.g. a newer one from a pip wheel);
+     * when it is set, what goes wrong with it is said */
+    const char *named = qlt_env(QLT_ENV_CUDNN_LIBRARY);
+    const bool verbose = named != nullptr;
     if (!fe::cudnn_dlhandle) {
-        /* QLT_CUDNN_LIBRARY names a particular libcudnn.so.9 (e.g. a newer one from a pip wheel) */
-        const char *lib = getenv("QLT_CUDNN_LIBRARY");
-        if (!lib || !lib[0]) lib = "libcudnn.so.9";
+        const char *lib = named ? named : "libcudnn.so.9";
         fe::cudnn_dlhandle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
         if (!fe::cudnn_dlhandle) {
-            if (verbose || getenv("QLT_CUDNN_LIBRARY"))
+            if (verbose)
                 fprintf(stderr, "qlora-train: %s cannot be loaded (%s); using the own attention kernels\n", lib,
                         dlerror());
             return nullptr;

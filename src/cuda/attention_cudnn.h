@@ -1,7 +1,7 @@
 /* attention_cudnn.h: the C face of attention_cudnn.cpp, causal grouped-query attention through cuDNN's fused
- * flash-attention (SDPA) graphs. cuDNN is loaded at run time (dlopen of libcudnn.so.9); where it is absent,
- * turned off (QLT_ATTENTION=own) or rejects a shape, every call answers 0 and the caller runs its own
- * kernels. Built only when the build found cuDNN's headers and cudnn-frontend (QLT_HAVE_CUDNN). */
+ * flash-attention (SDPA) graphs. cuDNN is loaded at run time (dlopen of libcudnn.so.9); where it is absent or
+ * rejects a shape, every call answers 0 and the caller runs its own kernels. Built only when the build found
+ * cuDNN's headers and cudnn-frontend (QLT_HAVE_CUDNN). */
 #ifndef QLT_CUDA_ATTENTION_CUDNN_H
 #define QLT_CUDA_ATTENTION_CUDNN_H
 
@@ -15,9 +15,8 @@ extern "C" {
 
 typedef struct qlt_cudnn_attn qlt_cudnn_attn;
 
-/* NULL (and nothing printed) when cuDNN is not built in, cannot be loaded, or QLT_ATTENTION=own. A workspace
- * larger than the caller's scratch comes from alloc(ctx, bytes) (the backend's tracked allocations, freed
- * with the backend). */
+/* NULL (and nothing printed) when cuDNN is not built in or cannot be loaded. A workspace larger than the
+ * caller's scratch comes from alloc(ctx, bytes) (the backend's tracked allocations, freed with the backend). */
 qlt_cudnn_attn *qlt_cudnn_attn_create(cudaStream_t stream, void *(*alloc)(void *ctx, size_t bytes), void *ctx);
 void qlt_cudnn_attn_destroy(qlt_cudnn_attn *a);
 /* cuDNN's version as 91900 for 9.19.0; 0 for NULL */

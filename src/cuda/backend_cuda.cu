@@ -2,6 +2,7 @@
  * a fixed workspace (so cuBLAS never allocates inside a step or a graph capture), the fixed scratch
  * buffers the ops use, memory accounting, and the qlt_backend table over the ops of src/cuda/.
  * Only create / alloc / free / upload / download / sync / destroy / weight_* allocate or synchronize. */
+#include "common/env.h"
 #include "cuda/cuda_common.h"
 
 #include <string.h>
@@ -186,7 +187,7 @@ static void cuda_destroy(qlt_backend *be) {
     cudaFree(impl->amax);
     cudaFree(impl->dequant);
     qlt_cuda_cache_release(be);
-    qlt_cuda_linear_release(be);
+    qlt_cuda_bias_release(be);
     qlt_cuda_clock_monitor_stop(impl->monitor, NULL);
     for (int i = 0; i < QLT_BACKEND_EVENTS; i++)
         if (impl->marks[i]) cudaEventDestroy(impl->marks[i]);
@@ -372,7 +373,7 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->backward_a = QLT_BACKWARD_A_BF16;
     impl->device = device_index;
     impl->n_sm = prop.multiProcessorCount;
-    const char *dudb = getenv("QLT_LORA_DUDB");
+    const char *dudb = qlt_env(QLT_ENV_LORA_DUDB);
     impl->lora_dudb = dudb ? atoi(dudb) : 1;
     CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
     if (cublasCreate(&impl->blas) != CUBLAS_STATUS_SUCCESS || cublasLtCreate(&impl->lt) != CUBLAS_STATUS_SUCCESS) {
@@ -400,9 +401,8 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
         return NULL;
     }
     /* No cuBLAS workspace: with one, its Hopper GEMM kernels have a memset zero their scheduler's workspace
-     * before each launch, which in a replayed graph cost ~5 us of idle GPU each (448 a step at Qwen2.5-1.5B
-     * micro-batch 4: 1.1% of the step, measured); without, cuBLAS picks kernels that need none and never
-     * splits K over a workspace (the same results run to run). */
+     * before each launch, which leaves the GPU idle between the nodes of a replayed graph; without, cuBLAS
+     * picks kernels that need none and never splits K over a workspace (the same results run to run). */
     CUBLAS_CHECK(cublasSetWorkspace(impl->blas, NULL, 0));
 #ifdef QLT_HAVE_CUDNN
     impl->cudnn = qlt_cudnn_attn_create(impl->stream, cudnn_workspace_alloc, be);
@@ -447,9 +447,8 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->linear_fwd = qlt_cuda_linear_fwd;
     be->linear_bwd_x = qlt_cuda_linear_bwd_x;
     be->lora_fwd = qlt_cuda_lora_fwd;
-    /* QLT_LORA_FOLD=0 in the environment: adapters added by their own GEMMs, forward and backward (for
-     * bisecting) */
-    const char *fold = getenv("QLT_LORA_FOLD");
+    /* QLT_LORA_FOLD=0 (common/env.h): adapters added by their own GEMMs, forward and backward (for bisecting) */
+    const char *fold = qlt_env(QLT_ENV_LORA_FOLD);
     be->linear_lora_fwd = fold && fold[0] == '0' ? NULL : qlt_cuda_linear_lora_fwd;
     be->linear_lora_bwd = fold && fold[0] == '0' ? NULL : qlt_cuda_linear_lora_bwd;
     be->lora_group_prepare = qlt_cuda_lora_group_prepare;
@@ -467,6 +466,7 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->dropout = qlt_cuda_dropout;
     be->attention_bwd_scratch_bytes = qlt_cuda_attention_bwd_scratch_bytes;
     be->attention_plan = qlt_cuda_attention_plan;
+    be->attention_decode = qlt_cuda_attention_decode;
     be->lm_head_loss = qlt_cuda_lm_head_loss;
     be->loss_scratch_bytes = qlt_cuda_loss_scratch_bytes;
     be->logits = qlt_cuda_logits;

@@ -1,7 +1,7 @@
-/* clock_monitor.cu: what the GPU's clock and power did during `qlora-train bench`'s measured steps. An H100
- * running qlora-train's steps sits at its power limit and lowers its SM clock (down to ~1300 of 1980 MHz),
- * so tokens/s move with the power cap and the GPU's temperature; the bench reports the median SM clock and
- * the share of samples throttled by the power cap next to its timings.
+/* clock_monitor.cu: what the GPU's clock and power did during `qlora-train bench`'s measured steps. A GPU
+ * running qlora-train's steps can sit at its power limit and lower its SM clock, so tokens/s move with the
+ * power cap and the GPU's temperature; the bench reports the median SM clock and the share of samples
+ * throttled by the power cap next to its timings.
  *
  * NVML (libnvidia-ml.so.1, part of the NVIDIA driver) is opened at run time: nothing to link, and on a
  * machine without it the monitor reports nothing. A thread samples every 20 ms between start and stop. The

@@ -86,9 +86,9 @@ typedef struct cuda_impl {
     int n_events;
     double phase_ms[QLT_PHASE_COUNT];
     cudaEvent_t marks[QLT_BACKEND_EVENTS]; /* event_record / event_wait */
-    struct lt_bias_plan *bias_plans;      /* linear.cu: cuBLASLt GEMM + bias plans, one a shape */
+    struct lt_bias_plan *bias_plans;      /* bias.cu: cuBLASLt GEMM + bias plans, one a shape */
     int n_bias_plans;
-    cuda_bias_copy *bias_copies;          /* linear.cu: bf16 copies of the biases (bias_prepare) */
+    cuda_bias_copy *bias_copies;          /* bias.cu: bf16 copies of the biases (bias_prepare) */
     int n_bias_copies, cap_bias_copies;
     struct qlt_clock_monitor *monitor;    /* clock_monitor.cu: sampling between clock_monitor on / off */
     struct qlt_cudnn_attn *cudnn;         /* attention_cudnn.cpp: NULL when cuDNN is not built in or not loaded */
@@ -136,67 +136,49 @@ static inline unsigned qlt_grid(int64_t n, int threads, int64_t cap = 65535LL * 
     return (unsigned)g;
 }
 
-/* ---- internal entry points (one file each) ---- */
+/* ---- internal entry points, by the file that defines them ---- */
 
 /* backend_cuda.cu: tracked device allocation used for weights and workspaces */
 void *qlt_cuda_alloc_tracked(qlt_backend *be, size_t bytes);
 void qlt_cuda_free_tracked(qlt_backend *be, void *p, size_t bytes);
 /* Counts memory allocated elsewhere (NF4 arrays) in the report: + on allocation, - on free. */
 void qlt_cuda_track(qlt_backend *be, int64_t bytes);
-/* linear.cu: a bitsandbytes NF4 weight (host) uploaded as is */
-int qlt_cuda_weight_from_nf4(qlt_backend *be, qlt_weight *w, qlt_nf4 *host, int64_t rows, int64_t cols);
 
-/* elementwise.cu */
-void qlt_cuda_embed(qlt_backend *be, void *x, const int32_t *ids, const qlt_weight *emb, int64_t n);
-void qlt_cuda_rope(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
-                   int head_dim, int inverse);
-void qlt_cuda_swiglu_fwd(qlt_backend *be, void *h, const void *gu, int64_t n, int64_t inter);
-void qlt_cuda_swiglu_bwd(qlt_backend *be, void *dgu, const void *dh, const void *gu, int64_t n, int64_t inter);
-void qlt_cuda_copy(qlt_backend *be, void *out, const void *x, int64_t count);
-void qlt_cuda_add(qlt_backend *be, void *out, const void *a, const void *b, int64_t count);
-void qlt_cuda_fill_random_bf16(cudaStream_t s, bf16 *out, int64_t count, uint64_t seed);
-void qlt_cuda_dropout(qlt_backend *be, void *out, const void *x, int64_t count, float p, const uint64_t *seed,
-                      uint64_t salt);
-void qlt_cuda_zero(qlt_backend *be, void *p, size_t bytes);
-/* conversions used by other files (stream-ordered) */
-void qlt_cuda_f32_to_bf16(cudaStream_t s, bf16 *out, const float *x, int64_t count);
-void qlt_cuda_f16_to_bf16(cudaStream_t s, bf16 *out, const __half *x, int64_t count);
-void qlt_cuda_bias_add(cudaStream_t s, bf16 *y, const float *bias, int64_t n, int64_t rows);
-/* dst [rows, cols] (row stride ldd) = src (row stride lds), bf16 */
-void qlt_cuda_copy_rows(cudaStream_t s, bf16 *dst, int64_t ldd, const bf16 *src, int64_t lds, int64_t rows,
-                        int64_t cols);
-
-/* rmsnorm.cu */
-void qlt_cuda_rmsnorm_fwd(qlt_backend *be, void *y, float *rstd, const void *x, const float *w, int64_t n,
-                          int64_t d, float eps);
-void qlt_cuda_rmsnorm_bwd(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
-                          const float *w, int64_t n, int64_t d, float beta);
-void qlt_cuda_add_rmsnorm_fwd(qlt_backend *be, void *sum, void *y, float *rstd, const void *a, const void *b,
-                              const float *w, int64_t n, int64_t d, float eps);
-void qlt_cuda_head_norm_rope_fwd(qlt_backend *be, void *y, float *rstd, const void *x, const float *w,
-                                 const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim,
-                                 float eps);
-void qlt_cuda_head_norm_rope_bwd(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
-                                 const float *w, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
-                                 int head_dim);
-
-/* linear.cu (frozen-weight GEMMs over weight stacks, weights incl. the NF4 hook) */
-int qlt_cuda_weight_create(qlt_backend *be, qlt_weight *w, const void *host, qlt_dtype dtype, int64_t rows,
-                           int64_t cols, int nf4_blocksize, int double_quant);
-void qlt_cuda_weight_free(qlt_backend *be, qlt_weight *w);
-/* the weight as bf16 [rows, cols]: its data, or NF4 dequantized into impl->dequant (stream-ordered) */
-const bf16 *qlt_cuda_weight_bf16(qlt_backend *be, const qlt_weight *w);
-/* grows impl->dequant to numel bf16 values (load time only) */
-int qlt_cuda_reserve_dequant(qlt_backend *be, int64_t numel);
-/* row-major C[M,N] = alpha op(A) op(B) + beta C on impl->stream, fp32 accumulation */
-void qlt_cuda_gemm(qlt_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                   const void *a, cudaDataType_t ta, int64_t lda, const void *b, cudaDataType_t tb, int64_t ldb,
-                   float beta, void *c, cudaDataType_t tc, int64_t ldc);
 /* clock_monitor.cu: samples device's SM clock, power and power-cap throttling on a thread until stop (NULL
  * when NVML is not there); stop fills *out (may be NULL) and frees the monitor */
 typedef struct qlt_clock_monitor qlt_clock_monitor;
 qlt_clock_monitor *qlt_cuda_clock_monitor_start(int device);
 void qlt_cuda_clock_monitor_stop(qlt_clock_monitor *m, qlt_clock_report *out);
+
+/* gemm.cu: row-major C[M,N] = alpha op(A) op(B) + beta C on impl->stream, fp32 accumulation */
+void qlt_cuda_gemm(qlt_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const void *a, cudaDataType_t ta, int64_t lda, const void *b, cudaDataType_t tb, int64_t ldb,
+                   float beta, void *c, cudaDataType_t tc, int64_t ldc);
+
+/* bias.cu: a bias fused into its GEMM through cuBLASLt */
+int qlt_cuda_bias_prepare(qlt_backend *be, const float *bias, int64_t n);
+/* Drops (and frees) the bf16 copy of bias if there is one: called when any allocation is freed. */
+void qlt_cuda_bias_forget(qlt_backend *be, const float *bias);
+/* y [n, rows] = beta y + x [n, cols] . w [rows, cols]^T + bias through cuBLASLt (beta 0 or 1); false when the
+ * bias has no bf16 copy or cuBLASLt has no plan for the shape (the caller falls back to GEMM + bias add) */
+bool qlt_cuda_gemm_bias(qlt_backend *be, bf16 *y, const bf16 *x, const bf16 *w, const float *bias, int64_t n,
+                        int64_t rows, int64_t cols, float beta);
+/* Frees the cuBLASLt plans and bias copies (backend destroy). */
+void qlt_cuda_bias_release(qlt_backend *be);
+
+/* weights.cu: the frozen weights' lifecycle */
+int qlt_cuda_weight_create(qlt_backend *be, qlt_weight *w, const void *host, qlt_dtype dtype, int64_t rows,
+                           int64_t cols, int nf4_blocksize, int double_quant);
+/* a bitsandbytes NF4 weight (host) uploaded as is */
+int qlt_cuda_weight_from_nf4(qlt_backend *be, qlt_weight *w, qlt_nf4 *host, int64_t rows, int64_t cols);
+void qlt_cuda_weight_free(qlt_backend *be, qlt_weight *w);
+/* the weight as bf16 [rows, cols]: its data, a weight_cache.cu entry, or NF4 dequantized into impl->dequant
+ * (stream-ordered) */
+const bf16 *qlt_cuda_weight_bf16(qlt_backend *be, const qlt_weight *w);
+/* grows impl->dequant to numel bf16 values (load time only) */
+int qlt_cuda_reserve_dequant(qlt_backend *be, int64_t numel);
+
+/* weight_stack.cu: k weights with the same cols read as one matrix */
 int qlt_cuda_weight_stack_prepare(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols);
 /* The stack as one bf16 [*rows, cols] matrix with row stride *ld >= ld_min (ld_min >= cols; in: ld_min, out:
  * the stride): a single bf16 weight as it is (ld_min == cols), a weight_cache.cu entry, or the weights
@@ -210,6 +192,7 @@ void qlt_cuda_stack_fill(qlt_backend *be, bf16 *dst, const qlt_weight *const *w,
  * entry or impl->dequant) with room for extra_rows more rows after it, which the caller fills (stream-ordered;
  * the room was reserved at load). */
 bf16 *qlt_cuda_stack_bf16_room(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_rows, int64_t *rows);
+
 /* weight_cache.cu (be->dequant_cache_bytes): the stack's entry ([rows + room, *ld] bf16, stride >= ld_min, or
  * == ld_min with ld_exact, at least extra_rows of room after the weights), made and filled on first use outside
  * a capture while the budget lasts; NULL: not cached */
@@ -220,6 +203,16 @@ void qlt_cuda_cache_announce(qlt_backend *be, const qlt_weight *const *w, int k,
 void qlt_cuda_cache_drop(qlt_backend *be, const qlt_weight *w); /* the entries holding w (weight_free) */
 int64_t qlt_cuda_cache_bytes(qlt_backend *be);
 void qlt_cuda_cache_release(qlt_backend *be);
+
+/* nf4_gemv.cu: y [n, rows] (row stride ldy) = x [n, cols] . W^T (+ bias [rows]) for an NF4 weight and at most
+ * QLT_NF4_GEMV_MAX_TOKENS tokens, reading the codes once (generation); applies when cols % 32 == 0, the blocks
+ * hold >= 32 values and x is 16-byte aligned */
+#define QLT_NF4_GEMV_MAX_TOKENS 4
+bool qlt_cuda_nf4_gemv_applies(const qlt_weight *w, int64_t n, const void *x);
+void qlt_cuda_nf4_gemv(qlt_backend *be, bf16 *y, int64_t ldy, const bf16 *x, const qlt_weight *w, const float *bias,
+                       int64_t n);
+
+/* linear.cu: the frozen-weight products (a few tokens on NF4 weights: nf4_gemv.cu) */
 void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k, const float *bias,
                          int64_t n);
 /* linear_fwd onto what y holds: y = beta y + x [W_0; ...]^T (+ bias), beta 0 or 1 (the bias and beta y added to
@@ -229,11 +222,6 @@ void qlt_cuda_linear_fwd_onto(qlt_backend *be, void *y, const void *x, const qlt
 void qlt_cuda_linear_bwd_x(qlt_backend *be, void *dx, const void *dy, const qlt_weight *const *w, int k, int64_t n,
                            float beta);
 void qlt_cuda_logits(qlt_backend *be, float *out, const void *x, const qlt_weight *w, int64_t n);
-int qlt_cuda_bias_prepare(qlt_backend *be, const float *bias, int64_t n);
-/* Drops (and frees) the bf16 copy of bias if there is one: called when any allocation is freed. */
-void qlt_cuda_bias_forget(qlt_backend *be, const float *bias);
-/* Frees linear.cu's cached cuBLASLt plans and bias copies (backend destroy). */
-void qlt_cuda_linear_release(qlt_backend *be);
 
 /* lora.cu */
 void qlt_cuda_lora_fwd(qlt_backend *be, const qlt_lora_site *sites, int k, float *u, const void *x, int64_t n,
@@ -247,7 +235,42 @@ void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const ql
                               int r, float scale);
 int qlt_cuda_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_t *outs, int r);
 
-/* attention.cu */
+/* embed.cu, rope.cu, swiglu.cu, add_copy.cu, dropout.cu */
+void qlt_cuda_embed(qlt_backend *be, void *x, const int32_t *ids, const qlt_weight *emb, int64_t n);
+void qlt_cuda_rope(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                   int head_dim, int inverse);
+void qlt_cuda_swiglu_fwd(qlt_backend *be, void *h, const void *gu, int64_t n, int64_t inter);
+void qlt_cuda_swiglu_bwd(qlt_backend *be, void *dgu, const void *dh, const void *gu, int64_t n, int64_t inter);
+void qlt_cuda_copy(qlt_backend *be, void *out, const void *x, int64_t count);
+void qlt_cuda_add(qlt_backend *be, void *out, const void *a, const void *b, int64_t count);
+void qlt_cuda_zero(qlt_backend *be, void *p, size_t bytes);
+/* dst [rows, cols] (row stride ldd) = src (row stride lds), bf16 */
+void qlt_cuda_copy_rows(cudaStream_t s, bf16 *dst, int64_t ldd, const bf16 *src, int64_t lds, int64_t rows,
+                        int64_t cols);
+void qlt_cuda_dropout(qlt_backend *be, void *out, const void *x, int64_t count, float p, const uint64_t *seed,
+                      uint64_t salt);
+
+/* convert.cu: conversions used by other files (stream-ordered), the benchmarks' random fill */
+void qlt_cuda_f32_to_bf16(cudaStream_t s, bf16 *out, const float *x, int64_t count);
+void qlt_cuda_f16_to_bf16(cudaStream_t s, bf16 *out, const __half *x, int64_t count);
+void qlt_cuda_bias_add(cudaStream_t s, bf16 *y, const float *bias, int64_t n, int64_t rows);
+void qlt_cuda_fill_random_bf16(cudaStream_t s, bf16 *out, int64_t count, uint64_t seed);
+
+/* rmsnorm.cu: RMSNorm, the residual add fused with it, Qwen3's head norm fused with RoPE */
+void qlt_cuda_rmsnorm_fwd(qlt_backend *be, void *y, float *rstd, const void *x, const float *w, int64_t n,
+                          int64_t d, float eps);
+void qlt_cuda_rmsnorm_bwd(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
+                          const float *w, int64_t n, int64_t d, float beta);
+void qlt_cuda_add_rmsnorm_fwd(qlt_backend *be, void *sum, void *y, float *rstd, const void *a, const void *b,
+                              const float *w, int64_t n, int64_t d, float eps);
+void qlt_cuda_head_norm_rope_fwd(qlt_backend *be, void *y, float *rstd, const void *x, const float *w,
+                                 const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim,
+                                 float eps);
+void qlt_cuda_head_norm_rope_bwd(qlt_backend *be, void *dx, const void *dy, const void *x, const float *rstd,
+                                 const float *w, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                                 int head_dim);
+
+/* attention.cu: cuDNN's fused attention where it applies, the own kernels otherwise */
 void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
                             const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads, int head_dim,
                             float scale);
@@ -255,11 +278,14 @@ void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float
                             const void *out, const float *lse, const void *q, const void *k, const void *v,
                             const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads, int head_dim,
                             float scale);
-
-/* cross_entropy.cu */
 size_t qlt_cuda_attention_bwd_scratch_bytes(qlt_backend *be, int64_t n, int n_heads, int n_kv_heads, int head_dim);
 int qlt_cuda_attention_plan(qlt_backend *be, int batch, int seq, int n_heads, int n_kv_heads, int head_dim,
                             float scale);
+/* attention_decode.cu: attention over a KV cache (generation) */
+void qlt_cuda_attention_decode(qlt_backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
+                               int64_t past, int64_t n, int n_heads, int n_kv_heads, int head_dim, float scale);
+
+/* cross_entropy.cu */
 size_t qlt_cuda_loss_scratch_bytes(qlt_backend *be, int64_t n, int64_t v);
 void qlt_cuda_lm_head_loss(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch, const void *x,
                            const qlt_weight *w, const int32_t *targets, int64_t n);

@@ -406,7 +406,7 @@ void qlt_cuda_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const ql
     }
     const int64_t ld = fold_rows + k3r;
     /* a stack's one GEMM over its gradient goes first: its K is so long that reading dx in its epilogue (beta 1)
-     * costs more than the adapters' second pass over dx (measured: gate+up at 7B, 8192 tokens). First of all:
+     * costs more than the adapters' second pass over dx. First of all:
      * the fp16 / fp32 backward GEMMs use the conversion workspace, which holds T3 from du's pass on */
     if (one_gradient) {
         if (be->phase) be->phase(be, QLT_PHASE_BWD_GEMM);

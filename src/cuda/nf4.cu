@@ -233,9 +233,8 @@ static __device__ __forceinline__ void dequantize_chunk(const nf4_dq_args &a, T 
 
 /* 16-bit outputs: thread t handles chunks t and t + T (T = threads in the grid): a warp reads 128
  * contiguous code bytes and writes 512 contiguous bf16 / fp16 bytes per chunk; both chunks' loads (codes and
- * block scales) are issued before either is stored, so twice the bytes are in flight (measured: 82-84% of
- * copy with one chunk, 86-88% with two). fp32 outputs use nf4_dequantize_f32_kernel below. 8 values never
- * straddle a quantization block. */
+ * block scales) are issued before either is stored, so twice the bytes are in flight. fp32 outputs use
+ * nf4_dequantize_f32_kernel below. 8 values never straddle a quantization block. */
 template <typename T, bool NESTED>
 static __global__ void __launch_bounds__(256) nf4_dequantize_kernel(nf4_dq_args a, T *__restrict__ out) {
     __shared__ float lut[16];
@@ -255,8 +254,8 @@ static __global__ void __launch_bounds__(256) nf4_dequantize_kernel(nf4_dq_args 
     if (has1) dequantize_chunk<T, NESTED>(a, out, lut, c1, w1, s1);
 }
 
-/* fp32 outputs: one chunk of 8 values a thread, written straight (the form measured at 95-97% of copy;
- * sharing the two-chunk structure above cost fp32 outputs 15-20 points). */
+/* fp32 outputs: one chunk of 8 values a thread, written straight (their stores alone keep enough bytes in
+ * flight; the two-chunk structure above would slow them down). */
 template <bool NESTED>
 static __global__ void __launch_bounds__(256) nf4_dequantize_f32_kernel(nf4_dq_args a, float *__restrict__ out) {
     __shared__ float lut[16];

@@ -1,8 +1,8 @@
 /* weight_cache.cu: frozen weights kept dequantized between steps (train.dequant_cache_gib, be->dequant_cache_bytes).
  *
  * Without the cache every frozen GEMM first writes its weight as bf16 into the one scratch (impl->dequant):
- * NF4 dequantized, or a stack (gate+up, k+v) copied side by side. At micro-batch 1 on a 7B model that is ~11%
- * of an H100 step. With it, each stack the linear ops ask for gets its own buffer the first time it is asked
+ * NF4 dequantized, or a stack (gate+up, k+v) copied side by side: a pass over every weight each time it is
+ * used, a large share of a step at small micro-batches. With it, each stack the linear ops ask for gets its own buffer the first time it is asked
  * for outside a graph capture, as long as the budget lasts, and later uses read that buffer: the same bf16
  * values, written once. An entry has the layout the ops want:
  *   [rows + room, ld] bf16, the stack's weights in rows [0, rows) and columns [0, cols);

@@ -11,7 +11,7 @@ static const char *const chatml_tokens[] = {"<|im_start|>", "<|im_end|>"};
 static const char *const llama3_tokens[] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                                             "<|eot_id|>"};
 
-const char *qlt_chat_template_name(qlt_chat_template t) { return t == QLT_CHAT_CHATML ? "chatml" : "llama3"; }
+const char *qlt_chat_template_name(qlt_chat_template t) { return qlt_config_enum_text("data.chat_template", t); }
 
 static int check_tokens(const qlt_tokenizer *tok, const char *name, const char *const *tokens, int n) {
     for (int i = 0; i < n; i++)
@@ -22,23 +22,23 @@ static int check_tokens(const qlt_tokenizer *tok, const char *name, const char *
     return 0;
 }
 
-int qlt_chat_template_resolve(const char *name, const qlt_tokenizer *tok, qlt_chat_template *out) {
-    if (!name || !name[0] || strcmp(name, "auto") == 0) {
-        if (qlt_tokenizer_token_id(tok, "<|im_start|>") >= 0) name = "chatml";
-        else if (qlt_tokenizer_token_id(tok, "<|start_header_id|>") >= 0) name = "llama3";
+int qlt_chat_template_resolve(qlt_chat_template choice, const qlt_tokenizer *tok, qlt_chat_template *out) {
+    if (choice == QLT_CHAT_TEMPLATE_AUTO) {
+        if (qlt_tokenizer_token_id(tok, "<|im_start|>") >= 0) choice = QLT_CHAT_TEMPLATE_CHATML;
+        else if (qlt_tokenizer_token_id(tok, "<|start_header_id|>") >= 0) choice = QLT_CHAT_TEMPLATE_LLAMA3;
         else
             return qlt_fail("data.chat_template: auto found neither <|im_start|> (chatml) nor <|start_header_id|> "
                             "(llama3) in the tokenizer; data.format: chat needs one of these templates");
     }
-    if (strcmp(name, "chatml") == 0) {
-        *out = QLT_CHAT_CHATML;
-        return check_tokens(tok, name, chatml_tokens, 2);
+    if (choice == QLT_CHAT_TEMPLATE_CHATML) {
+        *out = choice;
+        return check_tokens(tok, "chatml", chatml_tokens, 2);
     }
-    if (strcmp(name, "llama3") == 0) {
-        *out = QLT_CHAT_LLAMA3;
-        return check_tokens(tok, name, llama3_tokens, 4);
+    if (choice == QLT_CHAT_TEMPLATE_LLAMA3) {
+        *out = choice;
+        return check_tokens(tok, "llama3", llama3_tokens, 4);
     }
-    return qlt_fail("data.chat_template: unknown template \"%s\" (use auto, chatml or llama3)", name);
+    return qlt_fail("data.chat_template = %d: not a template (use auto, chatml or llama3)", (int)choice);
 }
 
 /* Python's str.isspace() (what Jinja's `trim` strips), over Unicode code points. */
@@ -79,7 +79,7 @@ static const char *trimmed(const char *content, size_t *len) {
 
 int qlt_chat_encode(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *enc, const qlt_chat_message *msgs,
                     int n_msgs, int train_all, qlt_ids *ids, qlt_ids *labels) {
-    if (t == QLT_CHAT_CHATML) {
+    if (t == QLT_CHAT_TEMPLATE_CHATML) {
         int32_t start = qlt_tokenizer_token_id(tok, "<|im_start|>"), end = qlt_tokenizer_token_id(tok, "<|im_end|>");
         for (int m = 0; m < n_msgs; m++) {
             int train = train_all || strcmp(msgs[m].role, "assistant") == 0;
@@ -109,4 +109,25 @@ int qlt_chat_encode(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *
         qlt_labeled_push(ids, labels, eot, train);
     }
     return 0;
+}
+
+int qlt_chat_encode_prompt(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *enc,
+                           const qlt_chat_message *msgs, int n_msgs, qlt_ids *ids) {
+    qlt_ids labels = {0};
+    int rc = qlt_chat_encode(t, tok, enc, msgs, n_msgs, 1, ids, &labels);
+    if (rc == 0 && t == QLT_CHAT_TEMPLATE_CHATML) {
+        qlt_labeled_push(ids, &labels, qlt_tokenizer_token_id(tok, "<|im_start|>"), 1);
+        rc = qlt_labeled_text(enc, "assistant\n", 1, ids, &labels);
+    } else if (rc == 0) {
+        qlt_labeled_push(ids, &labels, qlt_tokenizer_token_id(tok, "<|start_header_id|>"), 1);
+        rc = qlt_labeled_text(enc, "assistant", 1, ids, &labels);
+        qlt_labeled_push(ids, &labels, qlt_tokenizer_token_id(tok, "<|end_header_id|>"), 1);
+        if (rc == 0) rc = qlt_labeled_text(enc, "\n\n", 1, ids, &labels);
+    }
+    qlt_ids_free(&labels);
+    return rc;
+}
+
+int32_t qlt_chat_end_of_turn(qlt_chat_template t, const qlt_tokenizer *tok) {
+    return qlt_tokenizer_token_id(tok, t == QLT_CHAT_TEMPLATE_CHATML ? "<|im_end|>" : "<|eot_id|>");
 }

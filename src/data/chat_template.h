@@ -10,22 +10,30 @@
 #ifndef QLT_CHAT_TEMPLATE_H
 #define QLT_CHAT_TEMPLATE_H
 
+#include "config/config.h"
 #include "tokenizer/tokenizer.h"
-
-typedef enum qlt_chat_template { QLT_CHAT_CHATML = 1, QLT_CHAT_LLAMA3 = 2 } qlt_chat_template;
 
 typedef struct qlt_chat_message {
     const char *role;
     const char *content;
 } qlt_chat_message;
 
-/* Resolves "chatml" | "llama3" | "auto" (auto: chatml when the tokenizer has <|im_start|>, llama3 when it
- * has <|start_header_id|>) and checks that the tokenizer has the template's special tokens. */
-int qlt_chat_template_resolve(const char *name, const qlt_tokenizer *tok, qlt_chat_template *out);
+/* Resolves data.chat_template (auto: chatml when the tokenizer has <|im_start|>, llama3 when it has
+ * <|start_header_id|>) into *out, QLT_CHAT_TEMPLATE_CHATML or _LLAMA3, and checks that the tokenizer has the
+ * template's special tokens. */
+int qlt_chat_template_resolve(qlt_chat_template choice, const qlt_tokenizer *tok, qlt_chat_template *out);
 const char *qlt_chat_template_name(qlt_chat_template t);
 /* Appends the rendered conversation's ids and labels (-100 where masked; everything trained when
  * train_all). */
+/* t: a resolved template (chatml or llama3). */
 int qlt_chat_encode(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *enc, const qlt_chat_message *msgs,
                     int n_msgs, int train_all, qlt_ids *ids, qlt_ids *labels);
+
+/* The prompt of a generation: the conversation as above, then the header of the assistant's turn that the model
+ * is to write (Hugging Face's add_generation_prompt: "<|im_start|>assistant\n", or Llama-3's assistant header). */
+int qlt_chat_encode_prompt(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *enc,
+                           const qlt_chat_message *msgs, int n_msgs, qlt_ids *ids);
+/* The token that ends a turn in template t (<|im_end|>, <|eot_id|>). */
+int32_t qlt_chat_end_of_turn(qlt_chat_template t, const qlt_tokenizer *tok);
 
 #endif

@@ -107,7 +107,8 @@ static int process_batch(build_state *st, const char *path) {
             if (err) {
                 if (!failed && !st->cfg->data.skip_bad) {
                     qlt_fail("%s:%lld: %s (data.format: %s); fix the line or set data.skip_bad: true to skip bad lines",
-                             path, (long long)b->lineno[i], err, st->cfg->data.format);
+                             path, (long long)b->lineno[i], err,
+                             qlt_config_enum_text("data.format", st->cfg->data.format));
                     failed = 1;
                 }
                 st->packer.ds->n_skipped++;
@@ -153,20 +154,20 @@ static int build_uncached(qlt_dataset *ds, const qlt_config *cfg, const qlt_path
     qlt_tokenizer *tok = NULL;
     qlt_example_ctx ctx = {format, NULL, NULL, 0, cfg->data.train_on_prompt, -1};
     int32_t pad = 0;
-    if (format != QLT_FORMAT_TOKENS) {
+    if (format != QLT_DATA_FORMAT_TOKENS) {
         if (qlt_tokenizer_load(&tok, tok_path) != 0) return qlt_fail_context("data.tokenizer");
         ctx.tok = tok;
         ctx.eos = qlt_tokenizer_eos_id(tok);
         pad = qlt_tokenizer_pad_id(tok);
-        if (format == QLT_FORMAT_CHAT && qlt_chat_template_resolve(cfg->data.chat_template, tok, &ctx.chat) != 0) {
+        if (format == QLT_DATA_FORMAT_CHAT && qlt_chat_template_resolve(cfg->data.chat_template, tok, &ctx.chat) != 0) {
             qlt_tokenizer_free(tok);
             return -1;
         }
-        if (format != QLT_FORMAT_CHAT && ctx.eos < 0) {
+        if (format != QLT_DATA_FORMAT_CHAT && ctx.eos < 0) {
             qlt_tokenizer_free(tok);
             return qlt_fail("%s: no end-of-text token (<|endoftext|>, <|end_of_text|>, </s>, or eos_token in "
                             "tokenizer_config.json), which data.format: %s appends to every example", tok_path,
-                            cfg->data.format);
+                            qlt_config_enum_text("data.format", format));
         }
     }
     build_state st;
@@ -211,12 +212,14 @@ static int build_uncached(qlt_dataset *ds, const qlt_config *cfg, const qlt_path
 int qlt_dataset_build(qlt_dataset *ds, const qlt_config *cfg, const qlt_path_list *files, const char *model_dir,
                       const char *cache_dir) {
     memset(ds, 0, sizeof *ds);
-    qlt_data_format format;
-    QLT_TRY(qlt_data_format_parse(cfg->data.format, &format));
+    qlt_data_format format = cfg->data.format;
+    if ((unsigned)format >= QLT_DATA_FORMAT_COUNT)
+        return qlt_fail("data.format = %d: not one of text, completion, alpaca, chat, tokens (e.g. --set "
+                        "data.format=text)", (int)format);
     if (cfg->data.seq_len < 2) return qlt_fail("data.seq_len is %d: it must be at least 2", cfg->data.seq_len);
     if (!files || files->count == 0) return qlt_fail("data.train: no data files given (a list of .jsonl / .jsonl.gz)");
     char *tok_path = NULL;
-    if (format != QLT_FORMAT_TOKENS) {
+    if (format != QLT_DATA_FORMAT_TOKENS) {
         if (cfg->data.tokenizer && cfg->data.tokenizer[0]) {
             tok_path = qlt_xstrdup(cfg->data.tokenizer);
         } else if (model_dir && model_dir[0]) {

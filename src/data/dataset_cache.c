@@ -70,8 +70,9 @@ int qlt_dataset_cache_key(const qlt_config *cfg, const qlt_path_list *files, con
         free(cfg_path);
         QLT_TRY(rc);
     }
-    h = hash_str(cfg->data.format, h);
-    h = hash_str(cfg->data.chat_template, h);
+    /* the keys' text, so a cache keyed before these keys were enums stays valid */
+    h = hash_str(qlt_config_enum_text("data.format", cfg->data.format), h);
+    h = hash_str(qlt_config_enum_text("data.chat_template", cfg->data.chat_template), h);
     int64_t settings[] = {cfg->data.seq_len, cfg->data.packing, cfg->data.train_on_prompt, cfg->data.skip_bad};
     *key = qlt_hash64(settings, sizeof settings, h);
     return 0;

@@ -23,17 +23,6 @@
     "Below is an instruction that describes a task. Write a response that appropriately completes the "     \
     "request.\n\n### Instruction:\n%s\n\n### Response:\n"
 
-int qlt_data_format_parse(const char *name, qlt_data_format *out) {
-    static const char *const names[] = {"text", "completion", "alpaca", "chat", "tokens"};
-    for (int i = 0; i < 5; i++)
-        if (name && strcmp(name, names[i]) == 0) {
-            *out = (qlt_data_format)(i + 1);
-            return 0;
-        }
-    return qlt_fail("data.format: unknown format \"%s\" (use text, completion, alpaca, chat or tokens)",
-                    name ? name : "");
-}
-
 /* The string field `key`: required (must exist, be a string, and when nonempty_required, not be ""). */
 static int string_field(const cJSON *obj, const char *key, int nonempty_required, const char **out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -102,21 +91,21 @@ static int parse_chat(const qlt_example_ctx *c, const cJSON *obj, qlt_ids *ids, 
 static int parse_object(const qlt_example_ctx *c, const cJSON *obj, qlt_ids *ids, qlt_ids *labels) {
     const char *a, *b;
     switch (c->format) {
-    case QLT_FORMAT_TOKENS:
+    case QLT_DATA_FORMAT_TOKENS:
         return parse_tokens(obj, ids, labels);
-    case QLT_FORMAT_CHAT:
+    case QLT_DATA_FORMAT_CHAT:
         return parse_chat(c, obj, ids, labels);
-    case QLT_FORMAT_TEXT:
+    case QLT_DATA_FORMAT_TEXT:
         QLT_TRY(string_field(obj, "text", 1, &a));
         QLT_TRY(qlt_labeled_text(c->enc, a, 1, ids, labels));
         break;
-    case QLT_FORMAT_COMPLETION:
+    case QLT_DATA_FORMAT_COMPLETION:
         QLT_TRY(string_field(obj, "prompt", 0, &a));
         QLT_TRY(string_field(obj, "completion", 1, &b));
         QLT_TRY(qlt_labeled_text(c->enc, a, c->train_all, ids, labels));
         QLT_TRY(qlt_labeled_text(c->enc, b, 1, ids, labels));
         break;
-    case QLT_FORMAT_ALPACA: {
+    case QLT_DATA_FORMAT_ALPACA: {
         const char *out, *input = "";
         QLT_TRY(string_field(obj, "instruction", 1, &a));
         QLT_TRY(string_field(obj, "output", 1, &out));
@@ -132,6 +121,7 @@ static int parse_object(const qlt_example_ctx *c, const cJSON *obj, qlt_ids *ids
         QLT_TRY(qlt_labeled_text(c->enc, out, 1, ids, labels));
         break;
     }
+    case QLT_DATA_FORMAT_COUNT: return qlt_fail("data.format: not a format (%d)", (int)c->format);
     }
     qlt_labeled_push(ids, labels, c->eos, 1);
     return 0;

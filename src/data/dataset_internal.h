@@ -6,26 +6,17 @@
 
 #include <stdint.h>
 
+#include "config/config.h"
 #include "data/chat_template.h"
 #include "data/dataset.h"
 #include "tokenizer/tokenizer.h"
 
-typedef enum qlt_data_format {
-    QLT_FORMAT_TEXT = 1,
-    QLT_FORMAT_COMPLETION,
-    QLT_FORMAT_ALPACA,
-    QLT_FORMAT_CHAT,
-    QLT_FORMAT_TOKENS,
-} qlt_data_format;
-
-int qlt_data_format_parse(const char *name, qlt_data_format *out);
-
 /* What turning a line into an example needs (one per thread: enc is per-thread). */
 typedef struct qlt_example_ctx {
-    qlt_data_format format;
+    qlt_data_format format;   /* data.format */
     const qlt_tokenizer *tok; /* NULL for the tokens format */
     qlt_encoder *enc;
-    qlt_chat_template chat;
+    qlt_chat_template chat;   /* data.format chat: the resolved template (chatml or llama3) */
     int train_all;            /* data.train_on_prompt */
     int32_t eos;
 } qlt_example_ctx;

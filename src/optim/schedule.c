@@ -4,20 +4,14 @@
 #include <math.h>
 #include <string.h>
 
-#include "common/error.h"
-
-int qlt_schedule_init(qlt_schedule *s, const char *name, double base_lr, int64_t total_steps, int64_t warmup_steps,
-                      double warmup_ratio, double min_lr_ratio) {
+void qlt_schedule_init(qlt_schedule *s, qlt_schedule_kind kind, double base_lr, int64_t total_steps,
+                       int64_t warmup_steps, double warmup_ratio, double min_lr_ratio) {
     memset(s, 0, sizeof *s);
-    if (strcmp(name, "constant") == 0) s->kind = QLT_SCHEDULE_CONSTANT;
-    else if (strcmp(name, "linear") == 0) s->kind = QLT_SCHEDULE_LINEAR;
-    else if (strcmp(name, "cosine") == 0) s->kind = QLT_SCHEDULE_COSINE;
-    else return qlt_fail("train.schedule: '%s' is not one of constant, linear, cosine", name);
+    s->kind = kind;
     s->base_lr = base_lr;
     s->total_steps = total_steps;
     s->warmup_steps = warmup_steps > 0 ? warmup_steps : (int64_t)ceil(warmup_ratio * (double)total_steps);
     s->min_lr_ratio = min_lr_ratio;
-    return 0;
 }
 
 double qlt_schedule_lr(const qlt_schedule *s, int64_t k) {

@@ -25,9 +25,8 @@ typedef struct qlt_schedule {
     double min_lr_ratio;
 } qlt_schedule;
 
-/* name: constant | linear | cosine */
-int qlt_schedule_init(qlt_schedule *s, const char *name, double base_lr, int64_t total_steps, int64_t warmup_steps,
-                      double warmup_ratio, double min_lr_ratio);
+void qlt_schedule_init(qlt_schedule *s, qlt_schedule_kind kind, double base_lr, int64_t total_steps,
+                       int64_t warmup_steps, double warmup_ratio, double min_lr_ratio);
 double qlt_schedule_lr(const qlt_schedule *s, int64_t step);
 
 #endif

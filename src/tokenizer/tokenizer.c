@@ -1,7 +1,8 @@
 /* tokenizer.c: loading a Hugging Face tokenizer.json (see tokenizer.h): model (BPE vocabulary and
- * merges, in either layout: "a b" strings or ["a", "b"] pairs), added tokens, normalizer, pre-tokenizer,
- * and eos/pad from tokenizer_config.json. Everything unsupported is refused here, at load, with an error
- * that names the file and the key. */
+ * merges, in either layout: "a b" strings or ["a", "b"] pairs; byte_fallback, unk_token, fuse_unk,
+ * ignore_merges), added tokens, and eos/pad from tokenizer_config.json; the normalizer, pre-tokenizer and
+ * decoder are parsed by their own modules. Everything unsupported is refused here, at load, with an
+ * error that names the file and the key. */
 #include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -16,7 +17,9 @@
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_internal.h"
 
-#define SUPPORTED "qlora-train reads Hugging Face byte-level BPE tokenizers (Qwen2/2.5/3, Llama-3, GPT-2 style)"
+#define SUPPORTED                                                                                        \
+    "qlora-train reads Hugging Face BPE tokenizers: byte-level (Qwen2/2.5/3, Llama-3, GPT-2, SmolLM style) and "   \
+    "SentencePiece-style (Llama-2, Mistral, Gemma)"
 
 static const cJSON *get(const cJSON *obj, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -33,11 +36,12 @@ static int get_bool(const cJSON *obj, const char *key, int dflt) {
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
 }
 
-/* Raw bytes of a vocabulary string: the byte-level alphabet undone, or the UTF-8 itself for a string
- * outside the alphabet. Returns the length; buf holds at least strlen(s) bytes. */
-static size_t token_bytes(const char *s, uint8_t *buf) {
+/* The bytes a vocabulary string stands for: in a byte-level model the byte-level alphabet undone (the
+ * UTF-8 itself for a string outside the alphabet), else the string. Returns the length; buf holds at
+ * least strlen(s) bytes. */
+static size_t token_bytes(const qlt_tokenizer *tok, const char *s, uint8_t *buf) {
     size_t n = strlen(s);
-    int64_t m = qlt_byte_level_decode(s, n, buf);
+    int64_t m = tok->bpe.byte_level ? qlt_byte_level_decode(s, n, buf) : -1;
     if (m >= 0) return (size_t)m;
     memcpy(buf, s, n);
     return n;
@@ -65,13 +69,14 @@ static int load_vocab(qlt_tokenizer *tok, const char *path, const cJSON *vocab, 
     }
     if (n_vocab == 0) return qlt_fail("%s: model.vocab is empty", path);
     qlt_bpe_init(&tok->bpe, max_id + 1, n_vocab, cJSON_GetArraySize(merges));
+    tok->bpe.byte_level = tok->pre.byte_level;
     uint8_t *buf = qlt_xmalloc(4096);
     size_t buf_cap = 4096;
     for (const cJSON *v = vocab->child; v; v = v->next) {
         size_t n = strlen(v->string);
         if (n * 2 + 2 > buf_cap) buf = qlt_xrealloc(buf, buf_cap = n * 2 + 2);
-        size_t len = token_bytes(v->string, buf);
-        if (qlt_bpe_set_token(&tok->bpe, v->valueint, buf, len, 1) != 0) {
+        size_t len = token_bytes(tok, v->string, buf);
+        if (qlt_bpe_set_token(&tok->bpe, v->valueint, buf, len, v->string, n, 1) != 0) {
             free(buf);
             return qlt_fail_context("%s: model.vocab[\"%s\"]", path, v->string);
         }
@@ -100,9 +105,9 @@ static int load_vocab(qlt_tokenizer *tok, const char *path, const cJSON *vocab, 
         }
         size_t na = strlen(a), nb = strlen(b);
         if (na + nb + 2 > buf_cap) buf = qlt_xrealloc(buf, buf_cap = (na + nb) * 2 + 2);
-        size_t la = token_bytes(a, buf);
+        size_t la = token_bytes(tok, a, buf);
         int32_t ida = qlt_bpe_lookup(&tok->bpe, buf, la);
-        size_t lb = token_bytes(b, buf + la);
+        size_t lb = token_bytes(tok, b, buf + la);
         int32_t idb = qlt_bpe_lookup(&tok->bpe, buf + la, lb);
         int32_t idm = qlt_bpe_lookup(&tok->bpe, buf, la + lb);
         if (ida < 0 || idb < 0 || idm < 0) {
@@ -116,7 +121,7 @@ static int load_vocab(qlt_tokenizer *tok, const char *path, const cJSON *vocab, 
         free(pair);
     }
     free(buf);
-    if (qlt_bpe_finish(&tok->bpe) != 0) return qlt_fail_context("%s", path);
+    qlt_bpe_finish(&tok->bpe);
     return 0;
 }
 
@@ -141,7 +146,8 @@ static void load_added(qlt_tokenizer *tok, const cJSON *added) {
         t->special = get_bool(a, "special", 0);
         t->normalized = get_bool(a, "normalized", !t->special);
         if (t->normalized && tok->norm.n_steps > 0) tok->has_normalized_added = 1;
-        if (tok->bpe.tok_off[t->id] < 0) qlt_bpe_set_token(&tok->bpe, t->id, t->content, (size_t)t->len, 0);
+        if (tok->bpe.tok_off[t->id] < 0)
+            qlt_bpe_set_token(&tok->bpe, t->id, t->content, (size_t)t->len, t->content, (size_t)t->len, 0);
     }
     qsort(tok->added, (size_t)tok->n_added, sizeof *tok->added, added_cmp);
     int32_t k = 0;
@@ -151,75 +157,12 @@ static void load_added(qlt_tokenizer *tok, const cJSON *added) {
     }
 }
 
-static int load_normalizer(qlt_tokenizer *tok, const char *path, const cJSON *n) {
-    if (!n) return 0;
-    const char *type = get_string(n, "type");
-    if (type && strcmp(type, "Sequence") == 0) {
-        const cJSON *list = get(n, "normalizers"); /* absent or null: an empty Sequence */
-        for (const cJSON *c = list ? list->child : NULL; c; c = c->next) QLT_TRY(load_normalizer(tok, path, c));
-        return 0;
-    }
-    qlt_norm_form form = type ? qlt_norm_form_parse(type) : 0;
-    if (!form)
-        return qlt_fail("%s: normalizer type \"%s\" is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence of them)",
-                        path, type ? type : "?");
-    if (tok->norm.n_steps == QLT_NORM_MAX_STEPS) return qlt_fail("%s: too many normalizers", path);
-    tok->norm.steps[tok->norm.n_steps++] = form;
-    return 0;
-}
-
-/* Walks the pre-tokenizer tree: at most one regex (Split, or ByteLevel with use_regex), ByteLevel
- * required somewhere (checked by the caller through *byte_level). */
-static int load_pretok(qlt_tokenizer *tok, const char *path, const cJSON *p, int *byte_level, char **pattern) {
-    if (!p) return 0;
-    const char *type = get_string(p, "type");
-    if (!type) return qlt_fail("%s: pre_tokenizer has no \"type\"", path);
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = get(p, "pretokenizers");
-        for (const cJSON *c = list ? list->child : NULL; c; c = c->next)
-            QLT_TRY(load_pretok(tok, path, c, byte_level, pattern));
-        return 0;
-    }
-    const char *regex = NULL;
-    char *literal = NULL;
-    if (strcmp(type, "ByteLevel") == 0) {
-        *byte_level = 1;
-        tok->add_prefix_space = get_bool(p, "add_prefix_space", 0);
-        if (!get_bool(p, "use_regex", 1)) return 0;
-        regex = QLT_GPT2_PATTERN;
-    } else if (strcmp(type, "Split") == 0) {
-        const char *behavior = get_string(p, "behavior");
-        if (!behavior || strcmp(behavior, "Isolated") != 0 || get_bool(p, "invert", 0))
-            return qlt_fail("%s: pre_tokenizer Split with behavior \"%s\"%s is not supported (only Isolated, not "
-                            "inverted)", path, behavior ? behavior : "?", get_bool(p, "invert", 0) ? ", invert" : "");
-        const cJSON *pat = get(p, "pattern");
-        regex = get_string(pat, "Regex");
-        if (!regex && get_string(pat, "String")) {
-            const char *s = get_string(pat, "String");
-            literal = qlt_xmalloc(strlen(s) + 5);
-            sprintf(literal, "\\Q%s\\E", s);
-            regex = literal;
-        }
-        if (!regex) return qlt_fail("%s: pre_tokenizer Split has no pattern.Regex or pattern.String", path);
-    } else {
-        return qlt_fail("%s: pre_tokenizer type \"%s\" is not supported (supported: Split (Isolated), ByteLevel, and a "
-                        "Sequence of them); " SUPPORTED, path, type);
-    }
-    if (*pattern) {
-        free(literal);
-        return qlt_fail("%s: more than one regex pre-tokenizer (Split / ByteLevel with use_regex) is not supported",
-                        path);
-    }
-    *pattern = literal ? literal : qlt_xstrdup(regex);
-    return 0;
-}
-
 static int check_model(const char *path, const cJSON *model) {
     const char *type = get_string(model, "type");
     if (!type && get(model, "merges")) type = "BPE";
     if (!type || strcmp(type, "BPE") != 0)
-        return qlt_fail("%s: model type \"%s\" is not supported: " SUPPORTED "; SentencePiece/Unigram, WordPiece and "
-                        "WordLevel models are not", path, type ? type : "?");
+        return qlt_fail("%s: model type \"%s\" is not supported: " SUPPORTED "; Unigram, WordPiece and WordLevel "
+                        "models are not", path, type ? type : "?");
     const char *s;
     if (((s = get_string(model, "continuing_subword_prefix")) && s[0]) ||
         ((s = get_string(model, "end_of_word_suffix")) && s[0]))
@@ -239,11 +182,8 @@ static const char *config_token(const cJSON *cfg, const char *key) {
     return get_string(v, "content");
 }
 
-static int load_special_ids(qlt_tokenizer *tok, const char *path) {
-    static const char *const eos_names[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
-    tok->eos_id = tok->pad_id = -1;
-    for (size_t i = 0; i < sizeof eos_names / sizeof *eos_names && tok->eos_id < 0; i++)
-        tok->eos_id = qlt_tokenizer_token_id(tok, eos_names[i]);
+/* eos/pad from tokenizer_config.json beside path, when it exists. */
+static int load_config_ids(qlt_tokenizer *tok, const char *path) {
     size_t n = strlen(path);
     char *cfg_path = qlt_xmalloc(n + 32);
     memcpy(cfg_path, path, n + 1);
@@ -273,34 +213,67 @@ static int load_special_ids(qlt_tokenizer *tok, const char *path) {
     return 0;
 }
 
+/* unk_token, byte_fallback, fuse_unk and ignore_merges of the model (after the vocabulary). */
+static int load_model_options(qlt_tokenizer *tok, const char *path, const cJSON *model) {
+    qlt_bpe *bpe = &tok->bpe;
+    bpe->byte_fallback = get_bool(model, "byte_fallback", 0);
+    bpe->fuse_unk = get_bool(model, "fuse_unk", 0);
+    bpe->ignore_merges = get_bool(model, "ignore_merges", 0);
+    const char *unk = get_string(model, "unk_token");
+    if (unk) {
+        size_t n = strlen(unk);
+        uint8_t *buf = qlt_xmalloc(n + 1);
+        bpe->unk_id = qlt_bpe_lookup(bpe, buf, token_bytes(tok, unk, buf));
+        free(buf);
+        if (bpe->unk_id < 0)
+            return qlt_fail("%s: model.unk_token \"%s\" is not in model.vocab (add it or set unk_token to null)", path,
+                            unk);
+    }
+    return 0;
+}
+
 static int load_json(qlt_tokenizer *tok, const char *path, const cJSON *root) {
     const cJSON *model = get(root, "model");
     if (!cJSON_IsObject(model)) return qlt_fail("%s: no \"model\" object: not a Hugging Face tokenizer.json", path);
     QLT_TRY(check_model(path, model));
     const cJSON *added = get(root, "added_tokens");
     if (added && !cJSON_IsArray(added)) return qlt_fail("%s: added_tokens is not an array", path);
-    QLT_TRY(load_normalizer(tok, path, get(root, "normalizer")));
-    int byte_level = 0;
-    char *pattern = NULL;
-    if (load_pretok(tok, path, get(root, "pre_tokenizer"), &byte_level, &pattern) != 0) {
-        free(pattern);
+    QLT_TRY(qlt_normalizer_parse(&tok->norm, get(root, "normalizer"), path));
+    QLT_TRY(qlt_pre_tokenizer_parse(&tok->pre, get(root, "pre_tokenizer"), path));
+    QLT_TRY(qlt_decoder_parse(&tok->dec, get(root, "decoder"), path));
+    QLT_TRY(load_vocab(tok, path, get(model, "vocab"), added, get(model, "merges")));
+    QLT_TRY(load_model_options(tok, path, model));
+    load_added(tok, added);
+    static const char *const eos_names[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
+    tok->eos_id = tok->pad_id = -1;
+    for (size_t i = 0; i < sizeof eos_names / sizeof *eos_names && tok->eos_id < 0; i++)
+        tok->eos_id = qlt_tokenizer_token_id(tok, eos_names[i]);
+    return 0;
+}
+
+int qlt_tokenizer_load_json(qlt_tokenizer **out, const char *json, size_t len, const char *name) {
+    *out = NULL;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    if (!root || !cJSON_IsObject(root)) {
+        size_t at = end && end >= json && end <= json + len ? (size_t)(end - json) : 0;
+        int r = root ? qlt_fail("%s: not a JSON object: not a Hugging Face tokenizer.json", name)
+                     : qlt_fail("%s: not valid JSON (error at byte %zu of %zu: the file is truncated or malformed; "
+                                "copy tokenizer.json from the model again)", name, at, len);
+        cJSON_Delete(root);
+        return r;
+    }
+    qlt_tokenizer *tok = qlt_xcalloc(1, sizeof *tok);
+    tok->hash = qlt_hash64(json, len, 0x746f6b656e697a65ULL);
+    int r = load_json(tok, name, root);
+    cJSON_Delete(root);
+    if (r != 0) {
+        qlt_tokenizer_free(tok);
         return -1;
     }
-    const char *decoder = get_string(get(root, "decoder"), "type");
-    if (!byte_level) {
-        free(pattern);
-        return qlt_fail("%s: a BPE model without a ByteLevel pre-tokenizer (decoder \"%s\"; SentencePiece-style BPE such "
-                        "as Llama-2 or Mistral) is not supported: " SUPPORTED, path, decoder ? decoder : "none");
-    }
-    if (pattern) {
-        int r = qlt_pretok_compile(&tok->pretok, pattern);
-        free(pattern);
-        if (r != 0) return qlt_fail_context("%s", path);
-    }
-    QLT_TRY(load_vocab(tok, path, get(model, "vocab"), added, get(model, "merges")));
-    tok->bpe.ignore_merges = get_bool(model, "ignore_merges", 0);
-    load_added(tok, added);
-    return load_special_ids(tok, path);
+    if (tok->pad_id < 0) tok->pad_id = tok->eos_id >= 0 ? tok->eos_id : 0;
+    *out = tok;
+    return 0;
 }
 
 int qlt_tokenizer_load(qlt_tokenizer **out, const char *path) {
@@ -308,23 +281,12 @@ int qlt_tokenizer_load(qlt_tokenizer **out, const char *path) {
     char *data;
     size_t len;
     if (qlt_read_file(path, &data, &len) != 0) return qlt_fail_context("tokenizer");
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(data, len, &end, 0);
-    if (!root || !cJSON_IsObject(root)) {
-        size_t at = end && end >= data && end <= data + len ? (size_t)(end - data) : 0;
-        int r = root ? qlt_fail("%s: not a JSON object: not a Hugging Face tokenizer.json", path)
-                     : qlt_fail("%s: not valid JSON (error at byte %zu of %zu: the file is truncated or malformed; "
-                                "copy tokenizer.json from the model again)", path, at, len);
-        cJSON_Delete(root);
-        free(data);
-        return r;
-    }
-    qlt_tokenizer *tok = qlt_xcalloc(1, sizeof *tok);
-    tok->hash = qlt_hash64(data, len, 0x746f6b656e697a65ULL);
+    qlt_tokenizer *tok;
+    int r = qlt_tokenizer_load_json(&tok, data, len, path);
     free(data);
-    int r = load_json(tok, path, root);
-    cJSON_Delete(root);
-    if (r != 0) {
+    if (r != 0) return -1;
+    tok->pad_id = -1;
+    if (load_config_ids(tok, path) != 0) {
         qlt_tokenizer_free(tok);
         return -1;
     }
@@ -335,7 +297,9 @@ int qlt_tokenizer_load(qlt_tokenizer **out, const char *path) {
 void qlt_tokenizer_free(qlt_tokenizer *tok) {
     if (!tok) return;
     qlt_bpe_free(&tok->bpe);
-    if (tok->pretok.code) qlt_pretok_free(&tok->pretok);
+    qlt_normalizer_free(&tok->norm);
+    qlt_pre_tokenizer_free(&tok->pre);
+    qlt_decoder_free(&tok->dec);
     for (int32_t i = 0; i < tok->n_added; i++) free(tok->added[i].content);
     free(tok->added);
     free(tok);

@@ -1,12 +1,13 @@
-/* tokenizer.h: a Hugging Face tokenizer.json with a byte-level BPE model (Qwen2/2.5/3, Llama-3, GPT-2
- * style), encoding exactly like tokenizers' `encode(text, add_special_tokens=False)`:
+/* tokenizer.h: a Hugging Face tokenizer.json with a BPE model, encoding exactly like tokenizers'
+ * `encode(text, add_special_tokens=False)` and decoding like its `decode(ids, skip_special_tokens=False)`:
  *   1. added tokens (special or not) are cut out of the raw text first, longest match first;
- *   2. the rest is normalized (NFC etc., when the file names a normalizer);
- *   3. split into words by the Split regex (or GPT-2's, for a bare ByteLevel pre-tokenizer);
- *   4. each word is merged by BPE over its bytes (byte-level alphabet), merges by rank.
- * Decoding concatenates the tokens' bytes (added tokens as their text) and repairs invalid UTF-8 with
- * U+FFFD. Other models (Unigram/SentencePiece, WordPiece, WordLevel, BPE without ByteLevel) are refused
- * with an error naming what is supported.
+ *   2. the rest is normalized (normalize.h: NFC etc., Replace, Prepend);
+ *   3. cut into words by the pre-tokenizer chain (pre_tokenizer.h: Split regex, Digits, ByteLevel,
+ *      Metaspace);
+ *   4. each word is merged by BPE (bpe.h): over its bytes for byte-level models (Qwen, Llama-3, GPT-2,
+ *      SmolLM), over its characters otherwise (Llama-2, Mistral, Gemma: byte_fallback, unk_token).
+ * Decoding runs the file's decoder chain (decoder.h) over the tokens' strings. Other models (Unigram,
+ * WordPiece, WordLevel) and unsupported steps are refused at load with an error naming what is supported.
  *
  * A qlt_tokenizer is read-only after load: share one across threads, each thread with its own
  * qlt_encoder (regex match state, merge scratch and a cache of recent words). */
@@ -24,6 +25,9 @@ typedef struct qlt_encoder qlt_encoder;
 /* Loads path (a tokenizer.json; tokenizer_config.json beside it, when present, names eos/pad). Errors
  * name the file and the key or byte offset. */
 int qlt_tokenizer_load(qlt_tokenizer **out, const char *path);
+/* Builds a tokenizer from len bytes of tokenizer.json text; `name` stands for it in error messages.
+ * eos is found by name (see qlt_tokenizer_eos_id), pad is eos. */
+int qlt_tokenizer_load_json(qlt_tokenizer **out, const char *json, size_t len, const char *name);
 void qlt_tokenizer_free(qlt_tokenizer *tok);
 
 /* Number of ids (max id + 1, added tokens included). */
@@ -47,8 +51,8 @@ int qlt_encoder_encode(qlt_encoder *enc, const char *text, size_t len, qlt_ids *
 /* Convenience: one-shot encode with a temporary encoder. */
 int qlt_tokenizer_encode(const qlt_tokenizer *tok, const char *text, size_t len, qlt_ids *out);
 
-/* Decodes n ids into a new NUL-terminated UTF-8 string (*len bytes, free() it). Fails on an id that is
- * not in the tokenizer. */
+/* Decodes n ids into a new NUL-terminated UTF-8 string (*len bytes, free() it), as tokenizers'
+ * decode(ids, skip_special_tokens=False). Fails on an id that is not in the tokenizer. */
 int qlt_tokenizer_decode(const qlt_tokenizer *tok, const int32_t *ids, int64_t n, char **text, size_t *len);
 
 #endif

@@ -23,7 +23,6 @@ typedef struct cache_slot {
 
 struct qlt_encoder {
     const qlt_tokenizer *tok;
-    void *match_data;
     qlt_bpe_scratch scratch;
     qlt_ids *out; /* where the word callback appends */
     cache_slot *slots;
@@ -32,14 +31,13 @@ struct qlt_encoder {
     int64_t keys_len;
     int32_t *ids;
     int64_t ids_len;
-    char *prefixed; /* segment with a prefix space (ByteLevel add_prefix_space) */
-    size_t prefixed_cap;
+    qlt_pre_state *pre;
 };
 
 qlt_encoder *qlt_encoder_new(const qlt_tokenizer *tok) {
     qlt_encoder *enc = qlt_xcalloc(1, sizeof *enc);
     enc->tok = tok;
-    if (tok->pretok.code) enc->match_data = qlt_pretok_match_data(&tok->pretok);
+    enc->pre = qlt_pre_state_new(&tok->pre);
     enc->slots = qlt_xcalloc(CACHE_SLOTS, sizeof *enc->slots);
     enc->keys = qlt_xmalloc(CACHE_ARENA);
     enc->ids = qlt_xmalloc(CACHE_ARENA * sizeof *enc->ids);
@@ -48,12 +46,11 @@ qlt_encoder *qlt_encoder_new(const qlt_tokenizer *tok) {
 
 void qlt_encoder_free(qlt_encoder *enc) {
     if (!enc) return;
-    if (enc->match_data) qlt_pretok_match_data_free(enc->match_data);
+    qlt_pre_state_free(enc->pre);
     qlt_bpe_scratch_free(&enc->scratch);
     free(enc->slots);
     free(enc->keys);
     free(enc->ids);
-    free(enc->prefixed);
     free(enc);
 }
 
@@ -69,6 +66,7 @@ static int on_word(void *ctx, const char *word, size_t n) {
     uint64_t i = h & (CACHE_SLOTS - 1);
     for (cache_slot *s; (s = &enc->slots[i])->key_len; i = (i + 1) & (CACHE_SLOTS - 1)) {
         if (s->hash == h && s->key_len == n && memcmp(enc->keys + s->key_off, word, n) == 0) {
+            if (s->n_ids == 0) return 0;
             qlt_ids_reserve(out, s->n_ids);
             memcpy(out->data + out->len, enc->ids + s->ids_off, s->n_ids * sizeof *out->data);
             out->len += s->n_ids;
@@ -91,37 +89,25 @@ static int on_word(void *ctx, const char *word, size_t n) {
     s->ids_off = (uint32_t)enc->ids_len;
     s->n_ids = (uint32_t)count;
     memcpy(enc->keys + enc->keys_len, word, n);
-    memcpy(enc->ids + enc->ids_len, out->data + start, (size_t)count * sizeof *out->data);
+    if (count > 0) /* a word of bytes without tokens has none (out->data may still be NULL) */
+        memcpy(enc->ids + enc->ids_len, out->data + start, (size_t)count * sizeof *out->data);
     enc->keys_len += (int64_t)n;
     enc->ids_len += count;
     enc->n_cached++;
     return 0;
 }
 
-/* Normalized text without added tokens: pre-tokenize and merge. */
-static int encode_words(qlt_encoder *enc, const char *text, size_t len) {
-    const qlt_tokenizer *tok = enc->tok;
-    if (len == 0) return 0;
-    if (tok->add_prefix_space && text[0] != ' ') {
-        if (len + 1 > enc->prefixed_cap) {
-            enc->prefixed_cap = (len + 1) * 2;
-            enc->prefixed = qlt_xrealloc(enc->prefixed, enc->prefixed_cap);
-        }
-        enc->prefixed[0] = ' ';
-        memcpy(enc->prefixed + 1, text, len);
-        text = enc->prefixed;
-        len++;
-    }
-    if (!tok->pretok.code) return on_word(enc, text, len);
-    return qlt_pretok_split(&tok->pretok, enc->match_data, text, len, on_word, enc);
+/* Normalized text without added tokens: pre-tokenize and merge. at_start: it begins the input. */
+static int encode_words(qlt_encoder *enc, const char *text, size_t len, int at_start) {
+    return qlt_pre_tokenize(&enc->tok->pre, enc->pre, text, len, at_start, on_word, enc);
 }
 
-static int encode_segment(qlt_encoder *enc, const char *text, size_t len, int normalized_pass);
+static int encode_segment(qlt_encoder *enc, const char *text, size_t len, int normalized_pass, int at_start);
 
 /* Cuts the added tokens of one pass out of text (leftmost, then longest), encoding the gaps. Pass 0
  * runs on the raw text with the tokens that are not normalized (all of them when there is no
- * normalizer); pass 1 on normalized text with the rest. */
-static int split_added(qlt_encoder *enc, const char *text, size_t len, int normalized_pass) {
+ * normalizer); pass 1 on normalized text with the rest. at_start: text begins the input. */
+static int split_added(qlt_encoder *enc, const char *text, size_t len, int normalized_pass, int at_start) {
     const qlt_tokenizer *tok = enc->tok;
     size_t seg = 0, i = 0;
     while (i < len) {
@@ -139,22 +125,23 @@ static int split_added(qlt_encoder *enc, const char *text, size_t len, int norma
             i++;
             continue;
         }
-        if (i > seg) QLT_TRY(encode_segment(enc, text + seg, i - seg, normalized_pass));
+        if (i > seg) QLT_TRY(encode_segment(enc, text + seg, i - seg, normalized_pass, at_start && seg == 0));
         qlt_ids_push(enc->out, hit->id);
         i += (size_t)hit->len;
         seg = i;
     }
-    if (len > seg) QLT_TRY(encode_segment(enc, text + seg, len - seg, normalized_pass));
+    if (len > seg) QLT_TRY(encode_segment(enc, text + seg, len - seg, normalized_pass, at_start && seg == 0));
     return 0;
 }
 
-static int encode_segment(qlt_encoder *enc, const char *text, size_t len, int normalized_pass) {
-    if (normalized_pass) return encode_words(enc, text, len);
+static int encode_segment(qlt_encoder *enc, const char *text, size_t len, int normalized_pass, int at_start) {
+    if (normalized_pass) return encode_words(enc, text, len, at_start);
     char *norm;
     size_t norm_len;
     int owned;
     QLT_TRY(qlt_normalize(&enc->tok->norm, text, len, &norm, &norm_len, &owned));
-    int r = enc->tok->has_normalized_added ? split_added(enc, norm, norm_len, 1) : encode_words(enc, norm, norm_len);
+    int r = enc->tok->has_normalized_added ? split_added(enc, norm, norm_len, 1, at_start)
+                                           : encode_words(enc, norm, norm_len, at_start);
     if (owned) free(norm);
     return r;
 }
@@ -164,7 +151,7 @@ int qlt_encoder_encode(qlt_encoder *enc, const char *text, size_t len, qlt_ids *
     if (!qlt_utf8_valid(text, len, &bad)) return qlt_fail("text is not valid UTF-8 (byte %zu)", bad);
     int64_t start = out->len;
     enc->out = out;
-    int r = split_added(enc, text, len, 0);
+    int r = split_added(enc, text, len, 0, 1);
     enc->out = NULL;
     if (r != 0) out->len = start;
     return r;
@@ -179,20 +166,18 @@ int qlt_tokenizer_encode(const qlt_tokenizer *tok, const char *text, size_t len,
 
 int qlt_tokenizer_decode(const qlt_tokenizer *tok, const int32_t *ids, int64_t n, char **text, size_t *len) {
     const qlt_bpe *bpe = &tok->bpe;
-    size_t total = 0;
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= bpe->n_ids || bpe->tok_off[ids[i]] < 0)
             return qlt_fail("token id %d (position %lld) is not in the tokenizer (ids are 0..%d)", ids[i], (long long)i,
                             bpe->n_ids - 1);
-        total += (size_t)bpe->tok_len[ids[i]];
-    }
-    char *raw = qlt_xmalloc(total + 1);
-    size_t o = 0;
+    const char **strings = qlt_xmalloc(((size_t)n + 1) * sizeof *strings);
+    int32_t *lens = qlt_xmalloc(((size_t)n + 1) * sizeof *lens);
     for (int64_t i = 0; i < n; i++) {
-        memcpy(raw + o, bpe->blob + bpe->tok_off[ids[i]], (size_t)bpe->tok_len[ids[i]]);
-        o += (size_t)bpe->tok_len[ids[i]];
+        strings[i] = bpe->blob + bpe->text_off[ids[i]];
+        lens[i] = bpe->text_len[ids[i]];
     }
-    *text = qlt_utf8_lossy(raw, o, len);
-    free(raw);
+    *text = qlt_decoder_run(&tok->dec, strings, lens, n, len);
+    free(strings);
+    free(lens);
     return 0;
 }

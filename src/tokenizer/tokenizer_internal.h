@@ -6,8 +6,9 @@
 #include <stdint.h>
 
 #include "tokenizer/bpe.h"
+#include "tokenizer/decoder.h"
 #include "tokenizer/normalize.h"
-#include "tokenizer/pretokenize.h"
+#include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct qlt_added_token {
@@ -21,8 +22,8 @@ typedef struct qlt_added_token {
 struct qlt_tokenizer {
     qlt_bpe bpe;
     qlt_normalizer norm;
-    qlt_pretok pretok;     /* .code NULL = no regex split (the whole segment is one word) */
-    int add_prefix_space;  /* ByteLevel add_prefix_space */
+    qlt_pre_tokenizer pre;
+    qlt_decoder dec;
     qlt_added_token *added; /* sorted by first byte, then longest first */
     int32_t n_added;
     int32_t added_first[257]; /* added[added_first[b] .. added_first[b+1]) start with byte b */

@@ -69,3 +69,13 @@ char *qlt_utf8_lossy(const char *s, size_t len, size_t *out_len) {
     *out_len = o;
     return out;
 }
+
+size_t qlt_utf8_decode(const char *s, uint32_t *cp) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = qlt_utf8_char_len(p[0]);
+    static const unsigned char lead_mask[5] = {0, 0x7f, 0x1f, 0x0f, 0x07};
+    uint32_t c = p[0] & lead_mask[n];
+    for (size_t k = 1; k < n; k++) c = (c << 6) | (p[k] & 0x3f);
+    *cp = c;
+    return n;
+}

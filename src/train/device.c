@@ -2,7 +2,6 @@
 #include "train/device.h"
 
 #include <stdio.h>
-#include <string.h>
 
 #include "common/error.h"
 #include "cpu/backend_cpu.h"
@@ -10,9 +9,9 @@
 #include "cuda/backend_cuda.h"
 #endif
 
-qlt_backend *qlt_device_backend_create(const char *device, int threads, int cpu_reference) {
-    if (strcmp(device, "cpu") == 0) return qlt_backend_cpu_create(threads, cpu_reference);
-    if (strcmp(device, "cuda") == 0) {
+qlt_backend *qlt_device_backend_create(qlt_device device, int threads, int cpu_reference) {
+    if (device == QLT_DEVICE_CPU) return qlt_backend_cpu_create(threads, cpu_reference);
+    if (device == QLT_DEVICE_CUDA) {
 #ifdef QLT_HAVE_CUDA
         return qlt_backend_cuda_create(0);
 #else
@@ -21,7 +20,7 @@ qlt_backend *qlt_device_backend_create(const char *device, int threads, int cpu_
         return NULL;
 #endif
     }
-    if (strcmp(device, "auto") == 0) {
+    if (device == QLT_DEVICE_AUTO) {
 #ifdef QLT_HAVE_CUDA
         qlt_backend *be = qlt_backend_cuda_create(0);
         if (be) return be;
@@ -31,6 +30,6 @@ qlt_backend *qlt_device_backend_create(const char *device, int threads, int cpu_
 #endif
         return qlt_backend_cpu_create(threads, cpu_reference);
     }
-    qlt_fail("train.device: '%s' is not one of auto, cpu, cuda", device);
+    qlt_fail("train.device = %d: not one of auto, cpu, cuda (e.g. --set train.device=auto)", (int)device);
     return NULL;
 }

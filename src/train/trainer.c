@@ -10,18 +10,13 @@
 
 #include "common/clock.h"
 #include "common/counter_hash.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "common/rng.h"
 #include "model/forward.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
-
-/* An environment switch: set and not "0". */
-static int getenv_flag(const char *name) {
-    const char *v = getenv(name);
-    return v && v[0] && strcmp(v, "0") != 0;
-}
 
 static uint64_t mix64(uint64_t a, uint64_t b) {
     return qlt_splitmix_finalize(a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2)));
@@ -39,7 +34,7 @@ static void make_epoch_order(qlt_trainer *t) {
 
 static int load_model_and_adapter(qlt_trainer *t, qlt_trainer_mode mode) {
     const qlt_config *cfg = t->cfg;
-    qlt_model_load_opts opts = {.nf4 = strcmp(cfg->model.quant, "nf4") == 0,
+    qlt_model_load_opts opts = {.nf4 = cfg->model.quant == QLT_QUANT_NF4,
                                 .nf4_blocksize = cfg->model.nf4_blocksize,
                                 .double_quant = cfg->model.double_quant};
     if (qlt_model_open(&t->model, t->be, cfg->model.path, &opts, mix64(cfg->train.seed, 0x30de1ull)) != 0) return -1;
@@ -68,7 +63,7 @@ static int load_model_and_adapter(qlt_trainer *t, qlt_trainer_mode mode) {
 
 /* Every input id and label (other than -100) of ds must index the model's vocabulary: the embedding and the
  * loss read rows by id, so an id from a tokens file or a tokenizer of another model would read past them. */
-static int check_ids(const qlt_dataset *ds, const char *what, int32_t vocab, const char *format) {
+static int check_ids(const qlt_dataset *ds, const char *what, int32_t vocab, qlt_data_format format) {
     int64_t n = ds->n_rows * (int64_t)ds->seq_len;
     for (int64_t i = 0; i < n; i++) {
         int32_t id = ds->input_ids[i], label = ds->labels[i];
@@ -77,7 +72,8 @@ static int check_ids(const qlt_dataset *ds, const char *what, int32_t vocab, con
         return qlt_fail("%s: %s %d (row %lld, position %lld) is outside the model's vocabulary of %d ids (data.format: "
                         "%s): token ids must be below %d; check that the data (or data.tokenizer) belongs to "
                         "model.path", what, bad_id ? "token id" : "label", bad_id ? id : label,
-                        (long long)(i / ds->seq_len), (long long)(i % ds->seq_len), vocab, format, vocab);
+                        (long long)(i / ds->seq_len), (long long)(i % ds->seq_len), vocab,
+                        qlt_config_enum_text("data.format", format), vocab);
     }
     return 0;
 }
@@ -146,11 +142,11 @@ static size_t measure_plan(qlt_trainer *t, int checkpointing, int plan_id) {
 /* Chooses checkpointing (train.grad_checkpoint: none | layer | auto), plans every pass the trainer runs
  * (training micro-step, evaluation forward) and allocates the arenas, all before the first step. */
 static int plan_graph(qlt_trainer *t, qlt_trainer_mode mode) {
-    const char *ckpt_mode = t->cfg->train.grad_checkpoint;
-    int ckpt = strcmp(ckpt_mode, "layer") == 0;
+    qlt_grad_checkpoint ckpt_mode = t->cfg->train.grad_checkpoint;
+    int ckpt = ckpt_mode == QLT_GRAD_CHECKPOINT_LAYER;
     int first = mode == QLT_TRAINER_TRAIN ? QLT_PLAN_TRAIN : QLT_PLAN_EVAL;
     size_t need = measure_plan(t, ckpt, first);
-    if (strcmp(ckpt_mode, "auto") == 0 && !ckpt) {
+    if (ckpt_mode == QLT_GRAD_CHECKPOINT_AUTO && !ckpt) {
         size_t avail = t->be->available_bytes ? t->be->available_bytes(t->be) : 0;
         if (avail && need > avail / 10 * 9) { /* keep 10% for the libraries' workspaces */
             size_t with = measure_plan(t, 1, first);
@@ -179,10 +175,10 @@ static int choose_attention(qlt_trainer *t) {
     if (!be->attention_plan) return 0;
     t->attention_plan = be->attention_plan(t->be, t->micro_batch, t->seq, mc->n_heads, mc->n_kv_heads, mc->head_dim,
                                            qlt_model_attn_scale(mc));
-    if (t->attention_plan == QLT_ATTENTION_OWN && strcmp(t->cfg->train.attention, "cudnn") == 0) {
+    if (t->attention_plan == QLT_ATTENTION_OWN && t->cfg->train.attention == QLT_ATTENTION_IMPL_CUDNN) {
         if (!be->cudnn_version)
             return qlt_fail("train.attention: cudnn, but cuDNN 9 is not available (libcudnn.so.9 cannot be loaded, "
-                            "this build has no cuDNN support, or QLT_ATTENTION=own): install cuDNN 9 (or point "
+                            "or this build has no cuDNN support): install cuDNN 9 (or point "
                             "QLT_CUDNN_LIBRARY at its libcudnn.so.9), or set train.attention: auto");
         if (be->max_row_examples > QLT_FUSED_ATTENTION_MAX_ROW_EXAMPLES)
             return qlt_fail("train.attention: cudnn, but the data's rows hold up to %d packed examples (cuDNN's "
@@ -212,12 +208,12 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     t->be = qlt_device_backend_create(cfg->train.device, cfg->train.threads, cfg->train.cpu_reference);
     if (!t->be) return -1;
     if (strcmp(t->be->name, "cuda") == 0) {
-        if (strcmp(cfg->train.backward_a, "fp16") == 0) t->be->backward_a = QLT_BACKWARD_A_FP16;
-        else if (strcmp(cfg->train.backward_a, "fp32") == 0) t->be->backward_a = QLT_BACKWARD_A_FP32;
+        if (cfg->train.backward_a == QLT_BACKWARD_PRECISION_FP16) t->be->backward_a = QLT_BACKWARD_A_FP16;
+        else if (cfg->train.backward_a == QLT_BACKWARD_PRECISION_FP32) t->be->backward_a = QLT_BACKWARD_A_FP32;
         else t->be->backward_a = QLT_BACKWARD_A_BF16;
         t->be->deterministic = cfg->train.deterministic;
-        t->be->attention_own = strcmp(cfg->train.attention, "own") == 0;
-    } else if (strcmp(cfg->train.attention, "cudnn") == 0) {
+        t->be->attention_own = cfg->train.attention == QLT_ATTENTION_IMPL_OWN;
+    } else if (cfg->train.attention == QLT_ATTENTION_IMPL_CUDNN) {
         qlt_fail("train.attention: cudnn needs the CUDA backend, but this run is on the %s one: set "
                  "train.attention: auto (or train.device: cuda on a GPU machine)", t->be->name);
         goto fail;
@@ -242,7 +238,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         t->be->max_row_examples = train_most > eval_most ? train_most : eval_most;
     }
     /* graphs: every micro-batch of a step has its own buffers (the captured step reads fixed addresses) */
-    t->graph_mode = mode == QLT_TRAINER_TRAIN && (cfg->train.cuda_graph || getenv_flag("CUDA_GRAPH"));
+    t->graph_mode = mode == QLT_TRAINER_TRAIN && (cfg->train.cuda_graph || qlt_env_flag(QLT_ENV_CUDA_GRAPH));
     if (t->graph_mode && !t->be->capture_begin) {
         fprintf(stderr, "qlora-train: the %s backend has no graphs: train.cuda_graph ignored\n", t->be->name);
         t->graph_mode = 0;
@@ -284,9 +280,11 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         t->steps_per_epoch = t->train.n_rows / rows_per_step;
         t->total_steps = cfg->train.max_steps > 0 ? cfg->train.max_steps
                                                    : (int64_t)ceil(cfg->train.epochs * (double)t->steps_per_epoch);
-        if (qlt_schedule_init(&t->schedule, cfg->train.schedule, cfg->train.lr, t->total_steps,
-                              cfg->train.warmup_steps, cfg->train.warmup_ratio, cfg->train.min_lr_ratio) != 0)
-            goto fail;
+        qlt_schedule_kind kind = cfg->train.schedule == QLT_LR_SCHEDULE_COSINE   ? QLT_SCHEDULE_COSINE
+                                 : cfg->train.schedule == QLT_LR_SCHEDULE_LINEAR ? QLT_SCHEDULE_LINEAR
+                                                                                 : QLT_SCHEDULE_CONSTANT;
+        qlt_schedule_init(&t->schedule, kind, cfg->train.lr, t->total_steps, cfg->train.warmup_steps,
+                          cfg->train.warmup_ratio, cfg->train.min_lr_ratio);
         t->order = qlt_xmalloc(sizeof(int64_t) * (size_t)t->train.n_rows);
         make_epoch_order(t);
     }

@@ -551,6 +551,79 @@ void check_linear_stack(void) {
     }
 }
 
+/* ---- generation: the NF4 GEMV (linear_fwd on at most QLT_NF4_GEMV_MAX_TOKENS tokens) and attention over a
+ * KV cache, against the CPU reference on the same bf16 inputs and NF4 round-tripped weights ---- */
+
+void check_generation(void) {
+    if (!gpu()) return;
+    gpu_rng r = {31};
+    /* rows, cols, blocksize, double quant, bias */
+    const int64_t shapes[][5] = {{96, 64, 64, 1, 0}, {1536, 1536, 64, 1, 1}, {4864, 896, 128, 0, 0},
+                                 {896, 4864, 64, 0, 1}, {200, 352, 32, 1, 0}};
+    for (int s = 0; s < 5; s++) {
+        const int64_t rows = shapes[s][0], cols = shapes[s][1];
+        const int bs = (int)shapes[s][2], dq = (int)shapes[s][3], with_bias = (int)shapes[s][4];
+        float *w = hrand(&r, rows * cols, 0.05f), *bias = hrand_f32(&r, rows, 0.5f);
+        qlt_weight wt;
+        if (G->weight_create(G, &wt, w, QLT_DTYPE_F32, rows, cols, bs, dq) != 0) {
+            gpu_check_fail("weight_create", qlt_error());
+            return;
+        }
+        /* the reference multiplies the same NF4 bytes dequantized on the CPU */
+        qlt_backend *cpu = qlt_backend_cpu_create(1, 1);
+        qlt_weight cw;
+        if (cpu->weight_create(cpu, &cw, w, QLT_DTYPE_F32, rows, cols, bs, dq) != 0) {
+            gpu_check_fail("weight_create cpu", qlt_error());
+            return;
+        }
+        qlt_nf4_dequantize_f32(&cw.nf4, w);
+        cpu->weight_free(cpu, &cw);
+        cpu->destroy(cpu);
+        for (int i = 0; i < rows * cols; i++) w[i] = bfr(w[i]);
+        float *db = with_bias ? df32(bias, rows) : NULL;
+        for (int64_t n = 1; n <= 4; n++) {
+            char sh[96];
+            snprintf(sh, sizeof sh, "N%lld out%lld in%lld bs%d%s%s", (long long)n, (long long)rows, (long long)cols, bs,
+                     dq ? " dq" : "", with_bias ? " +bias" : "");
+            float *x = hrand(&r, n * cols, 1.0f), *ref = malloc(sizeof(float) * (size_t)(n * rows));
+            qlt_cpu_gemm(0, 1, n, rows, cols, 1.0f, x, cols, w, cols, 0.0f, ref, rows);
+            if (with_bias)
+                for (int64_t t = 0; t < n; t++)
+                    for (int64_t o = 0; o < rows; o++) ref[t * rows + o] += bias[o];
+            void *y = dpoison(2 * (size_t)(n * rows));
+            const qlt_weight *wp = &wt;
+            G->linear_fwd(G, y, dbf16(x, n * cols), &wp, 1, db, n);
+            float *got = hget_bf16(y, n * rows);
+            row("nf4_gemv", sh, got, ref, n * rows, 1e-2);
+            free(x), free(ref), free(got);
+        }
+        G->weight_free(G, &wt);
+        free(w), free(bias);
+        dfree_all();
+    }
+    /* past, n, heads, kv heads, head dim: prompts (n > 1), single steps over short and long caches (the keys
+     * split over CTAs and combined), GQA and not */
+    const int64_t cases[][5] = {{0, 7, 4, 2, 64}, {100, 1, 28, 4, 128}, {3000, 1, 14, 2, 64}, {37, 3, 8, 8, 32},
+                                {500, 1, 9, 3, 64}, {1, 1, 4, 1, 16}, {0, 130, 6, 2, 96}};
+    for (int c = 0; c < 7; c++) {
+        const int64_t past = cases[c][0], n = cases[c][1], keys = past + n;
+        const int heads = (int)cases[c][2], kv = (int)cases[c][3], hd = (int)cases[c][4];
+        const float scale = 1.0f / sqrtf((float)hd);
+        char sh[96];
+        snprintf(sh, sizeof sh, "past%lld N%lld H%d/%d hd%d", (long long)past, (long long)n, heads, kv, hd);
+        float *q = hrand(&r, n * heads * hd, 1.0f), *k = hrand(&r, keys * kv * hd, 1.0f),
+              *v = hrand(&r, keys * kv * hd, 1.0f), *ref = malloc(sizeof(float) * (size_t)(n * heads * hd));
+        qlt_cpu_attention_decode(ref, q, k, v, past, n, heads, kv, hd, scale);
+        void *out = dpoison(2 * (size_t)(n * heads * hd));
+        G->attention_decode(G, out, dbf16(q, n * heads * hd), dbf16(k, keys * kv * hd), dbf16(v, keys * kv * hd), past,
+                            n, heads, kv, hd, scale);
+        float *got = hget_bf16(out, n * heads * hd);
+        row("attention_decode", sh, got, ref, n * heads * hd, 1e-2);
+        free(q), free(k), free(v), free(ref), free(got);
+        dfree_all();
+    }
+}
+
 /* ---- LoRA: a group of k sites reading one input (k = 1, q/k/v, gate/up stacked in one output) ---- */
 
 void check_lora(void) {
@@ -854,7 +927,7 @@ static const attn_case attn_cases[] = {
     {1, 1, 4, 2, 16, 0},   {2, 17, 4, 2, 32, 5},   {1, 128, 14, 2, 64, 0}, {2, 128, 4, 2, 16, 40},
     {1, 300, 8, 8, 128, 0}, {2, 512, 4, 2, 128, 150}, {1, 512, 14, 2, 64, 100}, {3, 77, 8, 8, 32, 30},
     {1, 45, 4, 1, 128, 0},  {2, 700, 6, 2, 64, 200},  {1, 1000, 2, 2, 128, 0},
-    /* head_dim 128 edges for the wgmma kernels: two tokens (with one, dQ and dK are 0 up to rounding and the
+    /* head_dim 128 edges: two tokens (with one, dQ and dK are 0 up to rounding and the
      * relative error is meaningless); a row just past a tile, GQA 2, packed */
     {1, 2, 4, 2, 128, 0},   {3, 65, 6, 3, 128, 20},
 };

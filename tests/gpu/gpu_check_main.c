@@ -22,6 +22,7 @@
     X("lora", check_lora)                     \
     X("adapter_fold", check_linear_lora)      \
     X("attention", check_attention)           \
+    X("generation", check_generation)         \
     X("lm_head_loss", check_lm_head_loss)     \
     X("optimizer", check_optimizer)           \
     X("graph_capture", check_graph_capture)   \

@@ -3,6 +3,7 @@
  * docs/CONFIG.md list every key. Files are written under a fresh mkdtemp directory per test. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,7 @@ Test(config, defaults) {
     qlt_config c;
     qlt_config_defaults(&c);
     cr_assert_str_eq(c.model.path, "");
-    cr_assert_str_eq(c.model.quant, "nf4");
+    cr_assert_eq(c.model.quant, QLT_QUANT_NF4);
     cr_assert_eq(c.model.nf4_blocksize, 64);
     cr_assert_eq(c.model.double_quant, 1);
     cr_assert_eq(c.lora.r, 16);
@@ -72,18 +73,18 @@ Test(config, defaults) {
     cr_assert_str_eq(c.lora.init_from, "");
     cr_assert_eq(c.data.train.count, 0);
     cr_assert_eq(c.data.eval.count, 0);
-    cr_assert_str_eq(c.data.format, "text");
+    cr_assert_eq(c.data.format, QLT_DATA_FORMAT_TEXT);
     cr_assert_eq(c.data.seq_len, 2048);
     cr_assert_eq(c.data.packing, 1);
     cr_assert_eq(c.data.shuffle, 1);
     cr_assert_str_eq(c.data.tokenizer, "");
-    cr_assert_str_eq(c.data.chat_template, "auto");
+    cr_assert_eq(c.data.chat_template, QLT_CHAT_TEMPLATE_AUTO);
     cr_assert_eq(c.data.train_on_prompt, 0);
     cr_assert_eq(c.data.eval_split, 0.0f);
     cr_assert_eq(c.data.skip_bad, 0);
     cr_assert_eq(c.data.cache, 1);
     cr_assert_eq(c.data.threads, 0);
-    cr_assert_str_eq(c.train.device, "auto");
+    cr_assert_eq(c.train.device, QLT_DEVICE_AUTO);
     cr_assert_eq(c.train.seed, 42u);
     cr_assert_eq(c.train.micro_batch, 1);
     cr_assert_eq(c.train.grad_accum, 1);
@@ -95,12 +96,13 @@ Test(config, defaults) {
     cr_assert_eq(c.train.eps, 1e-8f);
     cr_assert_eq(c.train.weight_decay, 0.0f);
     cr_assert_eq(c.train.max_grad_norm, 1.0f);
-    cr_assert_str_eq(c.train.schedule, "constant");
+    cr_assert_eq(c.train.schedule, QLT_LR_SCHEDULE_CONSTANT);
     cr_assert_eq(c.train.warmup_steps, 0);
     cr_assert_eq(c.train.warmup_ratio, 0.0f);
     cr_assert_eq(c.train.min_lr_ratio, 0.0f);
-    cr_assert_str_eq(c.train.backward_a, "bf16");
-    cr_assert_str_eq(c.train.grad_checkpoint, "none");
+    cr_assert_eq(c.train.backward_a, QLT_BACKWARD_PRECISION_BF16);
+    cr_assert_eq(c.train.grad_checkpoint, QLT_GRAD_CHECKPOINT_NONE);
+    cr_assert_eq(c.train.attention, QLT_ATTENTION_IMPL_AUTO);
     cr_assert_eq(c.train.cuda_graph, 0);
     cr_assert_eq(c.train.eval_every, 0);
     cr_assert_eq(c.train.log_every, 1);
@@ -171,7 +173,7 @@ static const char full_yaml[] = "# every section, most keys changed\n"
 /* What full_yaml says, checked field by field. */
 static void check_full(const qlt_config *c) {
     cr_assert_str_eq(c->model.path, "/models/tiny");
-    cr_assert_str_eq(c->model.quant, "none");
+    cr_assert_eq(c->model.quant, QLT_QUANT_NONE);
     cr_assert_eq(c->model.nf4_blocksize, 128);
     cr_assert_eq(c->model.double_quant, 0);
     cr_assert_eq(c->lora.r, 8);
@@ -185,17 +187,17 @@ static void check_full(const qlt_config *c) {
     cr_assert_str_eq(c->data.train.items[1], "b c.jsonl.gz");
     cr_assert_eq(c->data.eval.count, 1);
     cr_assert_str_eq(c->data.eval.items[0], "e.jsonl");
-    cr_assert_str_eq(c->data.format, "chat");
+    cr_assert_eq(c->data.format, QLT_DATA_FORMAT_CHAT);
     cr_assert_eq(c->data.seq_len, 512);
     cr_assert_eq(c->data.packing, 0);
     cr_assert_eq(c->data.shuffle, 0);
     cr_assert_str_eq(c->data.tokenizer, "tok/tokenizer.json");
-    cr_assert_str_eq(c->data.chat_template, "llama3");
+    cr_assert_eq(c->data.chat_template, QLT_CHAT_TEMPLATE_LLAMA3);
     cr_assert_eq(c->data.train_on_prompt, 1);
     cr_assert_eq(c->data.skip_bad, 1);
     cr_assert_eq(c->data.cache, 0);
     cr_assert_eq(c->data.threads, 3);
-    cr_assert_str_eq(c->train.device, "cpu");
+    cr_assert_eq(c->train.device, QLT_DEVICE_CPU);
     cr_assert_eq(c->train.seed, UINT64_MAX);
     cr_assert_eq(c->train.micro_batch, 4);
     cr_assert_eq(c->train.grad_accum, 2);
@@ -207,11 +209,11 @@ static void check_full(const qlt_config *c) {
     cr_assert_eq(c->train.eps, 1e-6f);
     cr_assert_eq(c->train.weight_decay, 0.01f);
     cr_assert_eq(c->train.max_grad_norm, 0.0f);
-    cr_assert_str_eq(c->train.schedule, "cosine"); /* enum values are stored in their canonical spelling */
+    cr_assert_eq(c->train.schedule, QLT_LR_SCHEDULE_COSINE); /* "Cosine": enum text is matched in any case */
     cr_assert_eq(c->train.warmup_steps, 10);
     cr_assert_eq(c->train.min_lr_ratio, 0.1f);
-    cr_assert_str_eq(c->train.backward_a, "fp16");
-    cr_assert_str_eq(c->train.grad_checkpoint, "layer");
+    cr_assert_eq(c->train.backward_a, QLT_BACKWARD_PRECISION_FP16);
+    cr_assert_eq(c->train.grad_checkpoint, QLT_GRAD_CHECKPOINT_LAYER);
     cr_assert_eq(c->train.cuda_graph, 1);
     cr_assert_eq(c->train.eval_every, 25);
     cr_assert_eq(c->train.log_every, 5);
@@ -289,7 +291,7 @@ Test(config, json_load) {
     cr_assert_eq(c.train.lr, 0.001f);
     cr_assert_eq(c.train.betas[0], 0.5f);
     cr_assert_eq(c.train.max_steps, 9000000000ll);
-    cr_assert_str_eq(c.train.schedule, "linear");
+    cr_assert_eq(c.train.schedule, QLT_LR_SCHEDULE_LINEAR);
     cr_assert_eq(c.train.cuda_graph, 1);
     cr_assert_str_eq(c.output.dir, "runs/\xc3\xa9t\xc3\xa9");
     cr_assert_eq(c.output.keep_last, 2);
@@ -543,7 +545,7 @@ Test(config, set_overrides) {
     cr_assert_eq(qlt_config_set(&c, "model.path="), 0, "%s", qlt_error());
     cr_assert_str_eq(c.model.path, "");
     cr_assert_eq(qlt_config_set(&c, "model.quant=NONE"), 0, "%s", qlt_error());
-    cr_assert_str_eq(c.model.quant, "none");
+    cr_assert_eq(c.model.quant, QLT_QUANT_NONE);
     cr_assert_eq(qlt_config_set(&c, "train.seed=18446744073709551615"), 0, "%s", qlt_error());
     cr_assert_eq(c.train.seed, UINT64_MAX);
     cr_assert_eq(qlt_config_set(&c, "output.dir=runs/a=b"), 0, "%s", qlt_error()); /* first '=' splits */
@@ -620,9 +622,13 @@ Test(config, validation) {
     EXPECT_INVALID(c, train.max_steps, -5, "train.max_steps = -5: must be >= 0 (e.g. --set train.max_steps=0)");
     EXPECT_INVALID(c, train.cuda_graph, 2,
                    "train.cuda_graph = 2: must be true or false (e.g. --set train.cuda_graph=false)");
-    EXPECT_INVALID(c, train.schedule, "cosine_restarts",
-                   "train.schedule = 'cosine_restarts': expected one of constant, linear, cosine "
-                   "(e.g. --set train.schedule=constant)");
+    EXPECT_INVALID(c, train.schedule, (qlt_lr_schedule)7,
+                   "train.schedule = 7: expected one of constant, linear, cosine (e.g. --set train.schedule=constant)");
+    EXPECT_INVALID(c, train.device, QLT_DEVICE_COUNT,
+                   "train.device = 3: expected one of auto, cpu, cuda (e.g. --set train.device=auto)");
+    EXPECT_INVALID(c, data.format, (qlt_data_format)-1,
+                   "data.format = -1: expected one of text, completion, alpaca, chat, tokens "
+                   "(e.g. --set data.format=text)");
     EXPECT_INVALID(c, output.dir, "", "output.dir is empty: name a run directory (e.g. --set output.dir=runs/demo)");
 
     /* Rules that involve two keys. */
@@ -687,6 +693,139 @@ Test(config, json_round_trip) {
     qlt_config_free(&c);
 }
 
+/* ---- enum keys ---------------------------------------------------------------------------------------- */
+
+/* Every enum key and its field; enum_tables_cover_their_c_enums checks that this lists exactly the schema's. */
+static const struct {
+    const char *key;
+    size_t offset;
+} enum_fields[] = {
+    {"model.quant", offsetof(qlt_config, model.quant)},
+    {"data.format", offsetof(qlt_config, data.format)},
+    {"data.chat_template", offsetof(qlt_config, data.chat_template)},
+    {"train.device", offsetof(qlt_config, train.device)},
+    {"train.schedule", offsetof(qlt_config, train.schedule)},
+    {"train.backward_a", offsetof(qlt_config, train.backward_a)},
+    {"train.grad_checkpoint", offsetof(qlt_config, train.grad_checkpoint)},
+    {"train.attention", offsetof(qlt_config, train.attention)},
+};
+#define N_ENUM_FIELDS (sizeof enum_fields / sizeof enum_fields[0])
+
+static int enum_field(const qlt_config *c, size_t i) { return *(const int *)((const char *)c + enum_fields[i].offset); }
+
+static const qlt_config_key *find_key(const char *name) {
+    for (int64_t i = 0; i < qlt_config_key_count(); i++)
+        if (!strcmp(qlt_config_key_at(i)->name, name)) return qlt_config_key_at(i);
+    return NULL;
+}
+
+/* Each enum key's (text, value) table names every value of its C enum exactly once (0 .. *_COUNT-1), in the
+ * order of the choices the help and docs print, and its default is one of them; other keys have no table. */
+Test(config, enum_tables_cover_their_c_enums) {
+    size_t enums = 0;
+    for (int64_t i = 0; i < qlt_config_key_count(); i++) {
+        const qlt_config_key *k = qlt_config_key_at(i);
+        if (strcmp(k->type, "enum") != 0) {
+            cr_assert(k->values == NULL && k->value_count == 0 && k->enum_count == 0, "%s has enum values", k->name);
+            continue;
+        }
+        enums++;
+        size_t listed = 0;
+        while (listed < N_ENUM_FIELDS && strcmp(enum_fields[listed].key, k->name)) listed++;
+        cr_assert_lt(listed, N_ENUM_FIELDS, "enum key %s is missing from this test's enum_fields", k->name);
+        cr_assert_not_null(k->values, "%s", k->name);
+        cr_assert_eq(k->value_count, k->enum_count, "%s: %d texts for a C enum of %d values", k->name,
+                     k->value_count, k->enum_count);
+        int seen[16] = {0};
+        cr_assert_leq(k->enum_count, 16);
+        char choices[256] = "";
+        int has_default = 0;
+        for (int v = 0; v < k->value_count; v++) {
+            int value = k->values[v].value;
+            cr_assert(value >= 0 && value < k->enum_count, "%s: value %d of '%s' is outside its C enum", k->name,
+                      value, k->values[v].text);
+            cr_assert_eq(seen[value]++, 0, "%s: value %d has two texts", k->name, value);
+            cr_assert_str_eq(qlt_config_enum_text(k->name, value), k->values[v].text);
+            snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s", v ? ", " : "",
+                     k->values[v].text);
+            has_default |= !strcmp(k->values[v].text, k->default_text);
+        }
+        cr_assert_str_eq(choices, k->choices, "%s: the table and the documented choices differ", k->name);
+        cr_assert(has_default, "%s: the default '%s' is not one of its values", k->name, k->default_text);
+        cr_assert_str_eq(qlt_config_enum_text(k->name, k->enum_count), "?");
+    }
+    cr_assert_eq(enums, N_ENUM_FIELDS, "the schema has %zu enum keys, this test lists %zu", enums, N_ENUM_FIELDS);
+}
+
+/* The text after `"key":\t` in written JSON text is `"value"` (the written form of a string). */
+static void expect_json_value(const char *json, const char *dotted, const char *value) {
+    char needle[128];
+    snprintf(needle, sizeof needle, "\"%s\":\t\"%s\"", strchr(dotted, '.') + 1, value);
+    cr_assert_not_null(strstr(json, needle), "the JSON lacks %s: %s", needle, json);
+}
+
+/* Enum keys go file -> struct (enum values) -> JSON (the same text as before the keys were enums: the value
+ * as listed, lower case) -> struct, unchanged; then every value of every enum key does the same through
+ * --set. Exact comparisons. */
+Test(config, enum_keys_round_trip) {
+    char path[512], json_path[512];
+    write_file(path, sizeof path, "enums.yaml",
+               "model:\n  quant: None\ndata:\n  format: COMPLETION\n  chat_template: chatml\n"
+               "train:\n  device: cpu\n  schedule: linear\n  backward_a: fp32\n  grad_checkpoint: auto\n"
+               "  attention: Own\n");
+    snprintf(json_path, sizeof json_path, "%s/enums.json", tmpdir);
+    qlt_config c, back;
+    qlt_config_defaults(&c);
+    cr_assert_eq(qlt_config_load_file(&c, path), 0, "%s", qlt_error());
+    cr_assert_eq(c.model.quant, QLT_QUANT_NONE);
+    cr_assert_eq(c.data.format, QLT_DATA_FORMAT_COMPLETION);
+    cr_assert_eq(c.data.chat_template, QLT_CHAT_TEMPLATE_CHATML);
+    cr_assert_eq(c.train.device, QLT_DEVICE_CPU);
+    cr_assert_eq(c.train.schedule, QLT_LR_SCHEDULE_LINEAR);
+    cr_assert_eq(c.train.backward_a, QLT_BACKWARD_PRECISION_FP32);
+    cr_assert_eq(c.train.grad_checkpoint, QLT_GRAD_CHECKPOINT_AUTO);
+    cr_assert_eq(c.train.attention, QLT_ATTENTION_IMPL_OWN);
+    cr_assert_eq(qlt_config_write_json(&c, json_path), 0, "%s", qlt_error());
+    char *json;
+    cr_assert_eq(qlt_read_file(json_path, &json, NULL), 0, "%s", qlt_error());
+    expect_json_value(json, "model.quant", "none");
+    expect_json_value(json, "data.format", "completion");
+    expect_json_value(json, "data.chat_template", "chatml");
+    expect_json_value(json, "train.device", "cpu");
+    expect_json_value(json, "train.schedule", "linear");
+    expect_json_value(json, "train.backward_a", "fp32");
+    expect_json_value(json, "train.grad_checkpoint", "auto");
+    expect_json_value(json, "train.attention", "own");
+    free(json);
+    qlt_config_defaults(&back);
+    cr_assert_eq(qlt_config_load_file(&back, json_path), 0, "%s", qlt_error());
+    cr_assert_null(qlt_config_first_difference(&c, &back), "%s differs", qlt_config_first_difference(&c, &back));
+    cr_assert_eq(back.train.schedule, QLT_LR_SCHEDULE_LINEAR);
+    cr_assert_eq(back.train.attention, QLT_ATTENTION_IMPL_OWN);
+    qlt_config_free(&back);
+
+    for (size_t f = 0; f < N_ENUM_FIELDS; f++) {
+        const qlt_config_key *k = find_key(enum_fields[f].key);
+        cr_assert_not_null(k, "%s", enum_fields[f].key);
+        for (int v = 0; v < k->value_count; v++) {
+            char assignment[128];
+            snprintf(assignment, sizeof assignment, "%s=%s", k->name, k->values[v].text);
+            cr_assert_eq(qlt_config_set(&c, assignment), 0, "%s", qlt_error());
+            cr_assert_eq(enum_field(&c, f), k->values[v].value, "--set %s", assignment);
+            cr_assert_eq(qlt_config_write_json(&c, json_path), 0, "%s", qlt_error());
+            cr_assert_eq(qlt_read_file(json_path, &json, NULL), 0, "%s", qlt_error());
+            expect_json_value(json, k->name, k->values[v].text);
+            free(json);
+            qlt_config_defaults(&back);
+            cr_assert_eq(qlt_config_load_file(&back, json_path), 0, "%s", qlt_error());
+            cr_assert_eq(enum_field(&back, f), k->values[v].value, "%s after the JSON round trip", assignment);
+            cr_assert_null(qlt_config_first_difference(&c, &back), "%s", assignment);
+            qlt_config_free(&back);
+        }
+    }
+    qlt_config_free(&c);
+}
+
 Test(config, copy_and_difference) {
     qlt_config a, b;
     qlt_config_defaults(&a);
@@ -698,6 +837,10 @@ Test(config, copy_and_difference) {
     cr_assert_str_eq(qlt_config_first_difference(&a, &b), "output.keep_last");
     cr_assert_eq(qlt_config_set(&b, "data.train=[x, z]"), 0, "%s", qlt_error());
     cr_assert_str_eq(qlt_config_first_difference(&a, &b), "data.train");
+    qlt_config_free(&b);
+    qlt_config_copy(&b, &a);
+    cr_assert_eq(qlt_config_set(&b, "train.attention=cudnn"), 0, "%s", qlt_error());
+    cr_assert_str_eq(qlt_config_first_difference(&a, &b), "train.attention"); /* enum keys compare too */
     qlt_config_free(&a);
     qlt_config_free(&b);
 }

@@ -41,14 +41,14 @@ static char *write_file(const char *name, const char *content) {
     return path;
 }
 
-static qlt_config make_cfg(const char *format, int seq_len, int packing) {
+static qlt_config make_cfg(qlt_data_format format, int seq_len, int packing) {
     qlt_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.data.format = (char *)format;
+    cfg.data.format = format;
     cfg.data.seq_len = seq_len;
     cfg.data.packing = packing;
     cfg.data.tokenizer = (char *)TOK;
-    cfg.data.chat_template = (char *)"auto";
+    cfg.data.chat_template = QLT_CHAT_TEMPLATE_AUTO;
     cfg.data.threads = 1;
     return cfg;
 }
@@ -73,7 +73,7 @@ static void expect_row(const qlt_dataset *ds, int64_t row, const int32_t *ids, c
 
 Test(dataset, text_packed) {
     char *path = write_file("a.jsonl", "{\"text\": \"Hello world\"}\n{\"text\": \"Hi\"}\n");
-    qlt_config cfg = make_cfg("text", 8, 1);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_TEXT, 8, 1);
     qlt_dataset ds;
     build_ok(&ds, &cfg, path);
     cr_assert_eq(ds.n_rows, 2);
@@ -95,7 +95,7 @@ Test(dataset, text_packed) {
 
 Test(dataset, text_padded) {
     char *path = write_file("a.jsonl", "{\"text\": \"Hello world\"}\n{\"text\": \"Hi\"}\n");
-    qlt_config cfg = make_cfg("text", 8, 0);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_TEXT, 8, 0);
     qlt_dataset ds;
     build_ok(&ds, &cfg, path);
     cr_assert_eq(ds.n_rows, 2);
@@ -131,7 +131,7 @@ Test(dataset, max_row_examples_counts_examples_a_loss_follows) {
 
 Test(dataset, truncation_is_counted) {
     char *path = write_file("a.jsonl", "{\"text\": \"Hello world\"}\n");
-    qlt_config cfg = make_cfg("text", 4, 1);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_TEXT, 4, 1);
     qlt_dataset ds;
     build_ok(&ds, &cfg, path);
     cr_assert_eq(ds.n_rows, 1);
@@ -143,7 +143,7 @@ Test(dataset, truncation_is_counted) {
 
 Test(dataset, completion_masks_the_prompt) {
     char *path = write_file("a.jsonl", "{\"prompt\": \"Hello\", \"completion\": \" world\"}\n");
-    qlt_config cfg = make_cfg("completion", 6, 0);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_COMPLETION, 6, 0);
     qlt_dataset ds;
     build_ok(&ds, &cfg, path);
     expect_row(&ds, 0, (int32_t[]){39, 422, 323, 2025, 1734, EOS}, (int32_t[]){X, X, X, 2025, 1734, EOS}, NULL);
@@ -162,7 +162,7 @@ static void check_alpaca(const char *line, const char *prompt) {
     cr_assert_eq(qlt_tokenizer_load(&tok, TOK), 0);
     qlt_ids p = {0};
     cr_assert_eq(qlt_tokenizer_encode(tok, prompt, strlen(prompt), &p), 0);
-    qlt_config cfg = make_cfg("alpaca", (int)p.len + 3, 0);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_ALPACA, (int)p.len + 3, 0);
     qlt_dataset ds;
     build_ok(&ds, &cfg, path);
     cr_assert_eq(ds.n_rows, 1);
@@ -194,13 +194,13 @@ Test(dataset, alpaca_masks_the_prompt) {
 Test(dataset, chat_chatml_trains_assistant_turns) {
     char *path = write_file("a.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"},"
                                        " {\"role\": \"assistant\", \"content\": \"Yo\"}]}\n");
-    qlt_config cfg = make_cfg("chat", 16, 0);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_CHAT, 16, 0);
     qlt_dataset ds;
     build_ok(&ds, &cfg, path); /* auto -> chatml (the tokenizer has <|im_start|>) */
     expect_row(&ds, 0, (int32_t[]){3001, 1769, 198, 39, 72, 3002, 198, 3001, 337, 322, 733, 198, 56, 78, 3002, 198},
                (int32_t[]){X, X, X, X, X, X, X, X, X, X, X, X, 56, 78, 3002, X}, NULL);
     qlt_dataset_free(&ds);
-    cfg.data.chat_template = (char *)"llama3";
+    cfg.data.chat_template = QLT_CHAT_TEMPLATE_LLAMA3;
     qlt_path_list files = {1, {path}};
     cr_assert_eq(qlt_dataset_build(&ds, &cfg, &files, NULL, NULL), -1);
     cr_assert(strstr(qlt_error(), "<|begin_of_text|>"), "%s", qlt_error());
@@ -211,7 +211,7 @@ Test(dataset, chat_llama3_trains_assistant_turns) {
     if (!qlt_file_exists(TOK_LLAMA3)) cr_skip_test("../shared/assets/tokenizers/llama3 absent");
     char *path = write_file("a.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"},"
                                        " {\"role\": \"assistant\", \"content\": \"Hello\"}]}\n");
-    qlt_config cfg = make_cfg("chat", 16, 0);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_CHAT, 16, 0);
     cfg.data.tokenizer = (char *)TOK_LLAMA3;
     qlt_dataset ds;
     build_ok(&ds, &cfg, path); /* auto -> llama3 */
@@ -231,7 +231,7 @@ Test(dataset, chat_llama3_trims_content) {
     if (!qlt_file_exists(TOK_LLAMA3)) cr_skip_test("../shared/assets/tokenizers/llama3 absent");
     char *path = write_file("a.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \" \\tHi\\u3000\\n\"},"
                                        " {\"role\": \"assistant\", \"content\": \"\\n\\nHello \\u00a0\"}]}\n");
-    qlt_config cfg = make_cfg("chat", 16, 0);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_CHAT, 16, 0);
     cfg.data.tokenizer = (char *)TOK_LLAMA3;
     qlt_dataset ds;
     build_ok(&ds, &cfg, path);
@@ -245,7 +245,7 @@ Test(dataset, chat_llama3_trims_content) {
 
 Test(dataset, tokens_format) {
     char *path = write_file("a.jsonl", "{\"input_ids\": [5, 6, 7]}\n{\"input_ids\": [1, 2, 3], \"labels\": [-100, -100, 3]}\n");
-    qlt_config cfg = make_cfg("tokens", 4, 0);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_TOKENS, 4, 0);
     cfg.data.tokenizer = (char *)"/nonexistent/tokenizer.json"; /* not needed */
     qlt_dataset ds;
     build_ok(&ds, &cfg, path);
@@ -255,7 +255,7 @@ Test(dataset, tokens_format) {
     free(path);
 }
 
-static void expect_bad(const char *format, const char *content, const char *needle) {
+static void expect_bad(qlt_data_format format, const char *content, const char *needle) {
     char *path = write_file("bad.jsonl", content);
     qlt_config cfg = make_cfg(format, 16, 1);
     qlt_path_list files = {1, {path}};
@@ -271,24 +271,24 @@ static void expect_bad(const char *format, const char *content, const char *need
 }
 
 Test(dataset, bad_lines_name_file_and_line) {
-    expect_bad("text", "{\"text\": \"Hi\"}\n{oops\n", "not valid JSON");
-    expect_bad("text", "{\"text\": \"Hi\"}\n{\"txt\": \"Hi\"}\n", "missing field \"text\"");
-    expect_bad("text", "{\"text\": \"Hi\"}\n{\"text\": 5}\n", "must be a string");
-    expect_bad("text", "{\"text\": \"Hi\"}\n\n", "empty line");
-    expect_bad("text", "{\"text\": \"Hi\"}\n[1]\n", "not a JSON object");
+    expect_bad(QLT_DATA_FORMAT_TEXT, "{\"text\": \"Hi\"}\n{oops\n", "not valid JSON");
+    expect_bad(QLT_DATA_FORMAT_TEXT, "{\"text\": \"Hi\"}\n{\"txt\": \"Hi\"}\n", "missing field \"text\"");
+    expect_bad(QLT_DATA_FORMAT_TEXT, "{\"text\": \"Hi\"}\n{\"text\": 5}\n", "must be a string");
+    expect_bad(QLT_DATA_FORMAT_TEXT, "{\"text\": \"Hi\"}\n\n", "empty line");
+    expect_bad(QLT_DATA_FORMAT_TEXT, "{\"text\": \"Hi\"}\n[1]\n", "not a JSON object");
     /* two records run together: the second used to be dropped silently */
-    expect_bad("text", "{\"text\": \"Hi\"}\n{\"text\": \"a\"} {\"text\": \"b\"}\n", "text after the JSON object (near column 15)");
-    expect_bad("text", "{\"text\": \"Hi\"}\n{\"text\": \"a\"},\n", "text after the JSON object");
-    expect_bad("completion", "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\"}\n", "\"completion\"");
-    expect_bad("chat", "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n{\"messages\": [{\"role\": 1}]}\n",
+    expect_bad(QLT_DATA_FORMAT_TEXT, "{\"text\": \"Hi\"}\n{\"text\": \"a\"} {\"text\": \"b\"}\n", "text after the JSON object (near column 15)");
+    expect_bad(QLT_DATA_FORMAT_TEXT, "{\"text\": \"Hi\"}\n{\"text\": \"a\"},\n", "text after the JSON object");
+    expect_bad(QLT_DATA_FORMAT_COMPLETION, "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\"}\n", "\"completion\"");
+    expect_bad(QLT_DATA_FORMAT_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n{\"messages\": [{\"role\": 1}]}\n",
                "messages[0]");
-    expect_bad("tokens", "{\"input_ids\": [1]}\n{\"input_ids\": [1, \"x\"]}\n", "input_ids");
-    expect_bad("tokens", "{\"input_ids\": [1]}\n{\"input_ids\": [1, 2], \"labels\": [1]}\n", "labels");
+    expect_bad(QLT_DATA_FORMAT_TOKENS, "{\"input_ids\": [1]}\n{\"input_ids\": [1, \"x\"]}\n", "input_ids");
+    expect_bad(QLT_DATA_FORMAT_TOKENS, "{\"input_ids\": [1]}\n{\"input_ids\": [1, 2], \"labels\": [1]}\n", "labels");
 }
 
 Test(dataset, skip_bad_counts) {
     char *path = write_file("a.jsonl", "{\"text\": \"Hi\"}\n{oops\n\n{\"text\": 5}\n{\"text\": \"Yo\"}\n{}\n");
-    qlt_config cfg = make_cfg("text", 16, 1);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_TEXT, 16, 1);
     cfg.data.skip_bad = 1;
     qlt_dataset ds;
     build_ok(&ds, &cfg, path);
@@ -324,7 +324,7 @@ static char *many_lines(void) {
 Test(dataset, same_rows_for_any_thread_count) {
     char *content = many_lines();
     char *path = write_file("a.jsonl", content);
-    qlt_config cfg = make_cfg("text", 64, 1);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_TEXT, 64, 1);
     qlt_dataset one, three;
     build_ok(&one, &cfg, path);
     cfg.data.threads = 3;
@@ -346,7 +346,7 @@ Test(dataset, gzip_input_equals_plain) {
     cr_assert_not_null(gz);
     gzwrite(gz, content, (unsigned)strlen(content));
     gzclose(gz);
-    qlt_config cfg = make_cfg("text", 64, 1);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_TEXT, 64, 1);
     qlt_dataset a, b;
     build_ok(&a, &cfg, plain);
     build_ok(&b, &cfg, gz_path);
@@ -369,7 +369,7 @@ Test(dataset, gzip_input_equals_plain) {
 Test(dataset, several_files_in_order) {
     char *a = write_file("a.jsonl", "{\"text\": \"Hi\"}\n");
     char *b = write_file("b.jsonl", "{\"text\": \"Yo\"}\n");
-    qlt_config cfg = make_cfg("text", 6, 1);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_TEXT, 6, 1);
     qlt_path_list files = {2, {a, b}};
     qlt_dataset ds;
     cr_assert_eq(qlt_dataset_build(&ds, &cfg, &files, NULL, NULL), 0, "%s", qlt_error());
@@ -396,7 +396,7 @@ Test(dataset, cache_hit_miss_and_corruption) {
     char *path = write_file("a.jsonl", content);
     char cache_dir[256], cache_file[512];
     snprintf(cache_dir, sizeof cache_dir, "%s/run/cache", tmpdir);
-    qlt_config cfg = make_cfg("text", 64, 1);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_TEXT, 64, 1);
     cfg.data.cache = 1;
     qlt_path_list files = {1, {path}};
     qlt_dataset fresh, again;
@@ -446,7 +446,7 @@ Test(dataset, cache_key_covers_tokenizer_config) {
     char *path = write_file("a.jsonl", "{\"text\": \"Hi\"}\n");
     char cache_dir[256];
     snprintf(cache_dir, sizeof cache_dir, "%s/run/cache", tmpdir);
-    qlt_config cfg = make_cfg("text", 8, 1);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_TEXT, 8, 1);
     cfg.data.tokenizer = tok_path;
     cfg.data.cache = 1;
     qlt_path_list files = {1, {path}};
@@ -468,7 +468,7 @@ Test(dataset, cache_key_covers_tokenizer_config) {
 Test(dataset, eval_split_takes_the_last_rows) {
     char *content = many_lines();
     char *path = write_file("a.jsonl", content);
-    qlt_config cfg = make_cfg("text", 64, 1);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_TEXT, 64, 1);
     qlt_dataset train, eval, whole;
     build_ok(&train, &cfg, path);
     build_ok(&whole, &cfg, path);
@@ -491,10 +491,10 @@ Test(dataset, config_errors) {
     char *path = write_file("a.jsonl", "{\"text\": \"Hi\"}\n");
     qlt_path_list files = {1, {path}};
     qlt_dataset ds;
-    qlt_config cfg = make_cfg("poetry", 16, 1);
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_COUNT, 16, 1); /* not a format: a struct not filled by qlt_config_* */
     cr_assert_eq(qlt_dataset_build(&ds, &cfg, &files, NULL, NULL), -1);
     cr_assert(strstr(qlt_error(), "data.format"), "%s", qlt_error());
-    cfg = make_cfg("text", 16, 1);
+    cfg = make_cfg(QLT_DATA_FORMAT_TEXT, 16, 1);
     cfg.data.tokenizer = (char *)"";
     cr_assert_eq(qlt_dataset_build(&ds, &cfg, &files, QLT_TEST_DATA "/fixtures/tok-qwen2style", NULL), 0, "%s",
                  qlt_error()); /* found in model_dir */

@@ -63,7 +63,7 @@ Test(dataset_attention, packed_rows_equal_examples_alone) {
     fclose(f);
     qlt_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.data.format = (char *)"tokens";
+    cfg.data.format = QLT_DATA_FORMAT_TOKENS;
     cfg.data.seq_len = 32;
     cfg.data.packing = 1;
     cfg.data.threads = 1;

@@ -17,9 +17,9 @@
  * Tensors: q, dout [B*S, n_heads*128], k, v [B*S, n_kv*128] (bf16); lse, dsum (D) [B*S, n_heads] fp32;
  * seg_start [B*S]; dq_acc [B*S, n_heads, 128] fp32 (zeroed by the caller); dk, dv [B*S, n_kv*128] bf16, or
  * with GQA the partials pdk, pdv [B*S, n_heads*128]; the deterministic dq [B*S, n_heads*128] bf16. */
-#include "cuda/attention_bwd_wgmma.h"
+#include "attention_bwd_wgmma.h"
 #include "cuda/attention_tiles.h"
-#include "cuda/wgmma_tiles.h"
+#include "wgmma_tiles.h"
 
 #define WGB_THREADS 256
 #define WGB_BN 128 /* keys a CTA */

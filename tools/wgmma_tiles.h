@@ -162,7 +162,7 @@ static __device__ __forceinline__ void wgmma_acc_rs_n128(float acc[64], const fl
 }
 #endif
 
-/* true on a compute capability 9.0 device (sm_90a code runs there only) unless QLT_ATTN_WGMMA=0 */
+/* true on a compute capability 9.0 device (sm_90a code runs there only) */
 bool qlt_wgmma_attention_enabled(void);
 
 #endif

@@ -1,6 +1,6 @@
 /* attention_bwd_wgmma.h: the Hopper (wgmma) one-pass attention backward for head_dim 128
- * (attention_bwd_wgmma.cu), which attention_bwd_fused.cu launches in place of its mma.sync kernel on a
- * compute capability 9.0 device. Arguments as that kernel's: dq_acc [B*S, n_heads, 128] fp32, zeroed by the
+ * (attention_bwd_wgmma.cu), a measured variant of src/cuda/attention_bwd_fused.cu's mma.sync kernel kept as a
+ * tool (attention_wgmma_probe.cu). Arguments as that kernel's: dq_acc [B*S, n_heads, 128] fp32, zeroed by the
  * caller; dk/dv [B*S, n_kv*128] bf16 without GQA, else the per-head partials pdk/pdv [B*S, n_heads*128]. */
 #ifndef QLT_CUDA_ATTENTION_BWD_WGMMA_H
 #define QLT_CUDA_ATTENTION_BWD_WGMMA_H

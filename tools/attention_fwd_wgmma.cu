@@ -10,9 +10,9 @@
  * memory read N-major. The two warpgroups' softmax and MMA phases interleave on the SM.
  * Shared-memory layouts and descriptors: wgmma_tiles.h (Q, K K-major; V N-major).
  * Tensors: q, out [B*S, n_heads*128], k, v [B*S, n_kv*128] (bf16); lse [B*S, n_heads] fp32; seg_start [B*S]. */
-#include "cuda/attention_fwd_wgmma.h"
+#include "attention_fwd_wgmma.h"
 #include "cuda/attention_tiles.h"
-#include "cuda/wgmma_tiles.h"
+#include "wgmma_tiles.h"
 
 #define WGA_THREADS 256
 #define WGA_BM 128 /* query rows a CTA */
@@ -159,11 +159,10 @@ bool qlt_wgmma_attention_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) {
         int dev = 0, major = 0, minor = 0;
-        const char *e = getenv("QLT_ATTN_WGMMA");
         enabled = cudaGetDevice(&dev) == cudaSuccess &&
                   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
                   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-                  major == 9 && minor == 0 && !(e && e[0] == '0');
+                  major == 9 && minor == 0;
     }
     return enabled;
 }

@@ -1,0 +1,33 @@
+/* env.c: the environment variables' table (env.h). */
+#include "common/env.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *name, *help;
+} vars[QLT_ENV_COUNT] = {
+    [QLT_ENV_CUDA_GRAPH] = {"CUDA_GRAPH", "1: capture the training step once and replay it (train.cuda_graph: true)"},
+    [QLT_ENV_CUDNN_LIBRARY] = {"QLT_CUDNN_LIBRARY", "the libcudnn.so.9 to open for cuDNN's attention (default: "
+                                                     "libcudnn.so.9 from the loader's search path)"},
+    [QLT_ENV_CUDNN_RAGGED] = {"QLT_CUDNN_RAGGED", "debugging: 1 runs rows of one example through cuDNN's ragged "
+                                                   "layout too (to measure the two layouts)"},
+    [QLT_ENV_LORA_FOLD] = {"QLT_LORA_FOLD", "debugging: 0 adds each adapter by its own GEMMs instead of the LoRA "
+                                             "group ops (CUDA; to bisect a wrong result)"},
+    [QLT_ENV_LORA_DUDB] = {"QLT_LORA_DUDB", "debugging: the CUDA LoRA backward's du / dB: 0 two cuBLAS GEMMs a "
+                                             "site, 1 the one-pass kernel (default), 2 that kernel a token block a "
+                                             "launch"},
+};
+
+const char *qlt_env(qlt_env_var v) {
+    const char *value = getenv(vars[v].name);
+    return value && value[0] ? value : NULL;
+}
+
+int qlt_env_flag(qlt_env_var v) {
+    const char *value = qlt_env(v);
+    return value && strcmp(value, "0") != 0;
+}
+
+const char *qlt_env_name(qlt_env_var v) { return vars[v].name; }
+const char *qlt_env_help(qlt_env_var v) { return vars[v].help; }

@@ -1,0 +1,33 @@
+/* env.h: every environment variable qlora-train reads, in one table. A knob a user turns is a config key
+ * (docs/CONFIG.md); the variables here either name a place on this machine (QLT_CUDNN_LIBRARY), mirror a key
+ * for convenience (CUDA_GRAPH), or switch a code path off for debugging and measuring (never needed for a
+ * run). docs/CONFIG.md lists them; code reads them only through qlt_env. */
+#ifndef QLT_ENV_H
+#define QLT_ENV_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum qlt_env_var {
+    QLT_ENV_CUDA_GRAPH = 0, /* "1": train.cuda_graph: true */
+    QLT_ENV_CUDNN_LIBRARY,  /* path of the libcudnn.so.9 to open (default: the loader's search) */
+    QLT_ENV_CUDNN_RAGGED,   /* debugging: "1" runs one example a row through cuDNN's ragged layout too */
+    QLT_ENV_LORA_FOLD,      /* debugging: "0" adds every adapter by its own GEMMs (no LoRA group ops) */
+    QLT_ENV_LORA_DUDB,      /* debugging: the LoRA backward's du / dB: 0 cuBLAS, 1 one-pass kernel, 2 chunked */
+    QLT_ENV_COUNT
+} qlt_env_var;
+
+/* The variable's value, or NULL when it is unset or empty. */
+const char *qlt_env(qlt_env_var v);
+/* 1 when the variable is set and not "0", else 0. */
+int qlt_env_flag(qlt_env_var v);
+/* Its name ("CUDA_GRAPH") and one line saying what it does (for `qlora-train help env`). */
+const char *qlt_env_name(qlt_env_var v);
+const char *qlt_env_help(qlt_env_var v);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

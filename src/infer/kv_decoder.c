@@ -1,0 +1,209 @@
+/* kv_decoder.c: generation's forward with a KV cache (see kv_decoder.h). Per layer, for the n new tokens:
+ *   xn = rmsnorm(x); q, k, v = xn W^T (+bias) (+LoRA), k and v written straight into the cache rows
+ *   past .. past+n-1; [q/k head norm +] rope at positions past + i; attn = attention_decode(q, cache);
+ *   x2 = x + attn W_o^T (+LoRA), xn = rmsnorm(x2) (one fused op); gu = xn [W_gate; W_up]^T (+LoRA);
+ *   x = x2 + swiglu(gu) W_down^T (+LoRA).
+ * The last token's hidden state goes through the final norm and the lm_head. */
+#include "infer/kv_decoder.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+
+static void *alloc_or_null(qlt_backend *be, size_t bytes, int *failed, size_t *total) {
+    *total += bytes;
+    void *p = be->alloc(be, bytes ? bytes : 1);
+    if (!p) *failed = 1;
+    return p;
+}
+
+int qlt_kv_decoder_init(qlt_kv_decoder *d, const qlt_model *m, const qlt_lora *lora, int64_t max_len, int64_t max_chunk) {
+    memset(d, 0, sizeof *d);
+    const qlt_model_config *c = &m->cfg;
+    qlt_backend *be = m->be;
+    if (!be->attention_decode)
+        return qlt_fail("the %s backend cannot generate (no attention over a KV cache)", be->name);
+    if (max_len < 1 || max_chunk < 1) return qlt_fail("generate: a length of at least one token is needed");
+    if (max_chunk > max_len) max_chunk = max_len;
+    d->m = m;
+    d->lora = lora;
+    d->be = be;
+    d->max_len = max_len;
+    d->max_chunk = max_chunk;
+    const size_t es = qlt_dtype_size(be->act_dtype);
+    const int64_t qdim = (int64_t)c->n_heads * c->head_dim, kvdim = (int64_t)c->n_kv_heads * c->head_dim;
+    const int64_t widest = qdim > c->hidden ? qdim : c->hidden;
+    int failed = 0;
+    size_t total = 0;
+    d->k_cache = qlt_xcalloc((size_t)c->n_layers, sizeof(void *));
+    d->v_cache = qlt_xcalloc((size_t)c->n_layers, sizeof(void *));
+    for (int l = 0; l < c->n_layers && !failed; l++) {
+        d->k_cache[l] = alloc_or_null(be, es * (size_t)(max_len * kvdim), &failed, &total);
+        d->v_cache[l] = alloc_or_null(be, es * (size_t)(max_len * kvdim), &failed, &total);
+    }
+    d->x = alloc_or_null(be, es * (size_t)(max_chunk * c->hidden), &failed, &total);
+    d->x2 = alloc_or_null(be, es * (size_t)(max_chunk * c->hidden), &failed, &total);
+    d->xn = alloc_or_null(be, es * (size_t)(max_chunk * widest), &failed, &total);
+    d->q = alloc_or_null(be, es * (size_t)(max_chunk * qdim), &failed, &total);
+    d->qn = alloc_or_null(be, es * (size_t)(max_chunk * qdim), &failed, &total);
+    d->k_new = alloc_or_null(be, es * (size_t)(max_chunk * kvdim), &failed, &total);
+    d->attn = alloc_or_null(be, es * (size_t)(max_chunk * qdim), &failed, &total);
+    d->o = alloc_or_null(be, es * (size_t)(max_chunk * c->hidden), &failed, &total);
+    d->down = alloc_or_null(be, es * (size_t)(max_chunk * c->hidden), &failed, &total);
+    d->gu = alloc_or_null(be, es * (size_t)(max_chunk * 2 * (int64_t)c->intermediate), &failed, &total);
+    d->act = alloc_or_null(be, es * (size_t)(max_chunk * (int64_t)c->intermediate), &failed, &total);
+    d->rstd = alloc_or_null(be, sizeof(float) * (size_t)(max_chunk * (c->n_heads > 1 ? c->n_heads : 1)), &failed,
+                            &total);
+    d->u = alloc_or_null(be, sizeof(float) * (size_t)(max_chunk * 3 * (lora ? lora->r : 1)), &failed, &total);
+    d->logits = alloc_or_null(be, sizeof(float) * (size_t)c->vocab, &failed, &total);
+    d->ids = alloc_or_null(be, sizeof(int32_t) * (size_t)max_chunk, &failed, &total);
+    d->pos = alloc_or_null(be, sizeof(int32_t) * (size_t)max_chunk, &failed, &total);
+    if (failed) {
+        qlt_kv_decoder_free(d);
+        return qlt_fail("generate: out of %s memory for a KV cache of %lld tokens (%.2f GiB with the work buffers): "
+                        "use a shorter prompt or --max-new-tokens", be->name, (long long)max_len,
+                        (double)total / 1073741824.0);
+    }
+    return 0;
+}
+
+void qlt_kv_decoder_reset(qlt_kv_decoder *d) { d->past = 0; }
+
+void qlt_kv_decoder_free(qlt_kv_decoder *d) {
+    if (!d->be) return;
+    qlt_backend *be = d->be;
+    const int layers = d->m->cfg.n_layers;
+    for (int l = 0; l < layers; l++) {
+        if (d->k_cache && d->k_cache[l]) be->free(be, d->k_cache[l]);
+        if (d->v_cache && d->v_cache[l]) be->free(be, d->v_cache[l]);
+    }
+    free(d->k_cache);
+    free(d->v_cache);
+    void *bufs[] = {d->x, d->x2, d->xn, d->q, d->qn, d->k_new, d->attn, d->o, d->down, d->gu, d->act,
+                    d->rstd, d->u, d->logits, d->ids, d->pos};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->free(be, bufs[i]);
+    memset(d, 0, sizeof *d);
+}
+
+/* The site of layer l's projection p writing into y (row stride ld), or 0 when p carries no adapter. */
+static int lora_site(const qlt_kv_decoder *d, int l, qlt_proj p, void *y, int64_t ld, qlt_lora_site *site) {
+    const qlt_lora *lora = d->lora;
+    if (!lora || !lora->slots[l][p].active) return 0;
+    const qlt_lora_slot *s = &lora->slots[l][p];
+    memset(site, 0, sizeof *site);
+    site->y = y;
+    site->ld = ld;
+    site->out = s->out;
+    site->a = lora->params + s->offset_a;
+    site->b = lora->params + qlt_lora_offset_b(lora, s);
+    return 1;
+}
+
+/* y_i += scale u_i B_i^T for the adapters among the k projections first.. of layer l that read x [n, in] (x A^T
+ * once for all of them). */
+static void add_adapters(qlt_kv_decoder *d, int l, qlt_proj first, int k, void *const *ys, const int64_t *lds,
+                         const void *x, int64_t n, int64_t in) {
+    qlt_lora_site sites[3];
+    int count = 0;
+    for (int j = 0; j < k; j++) count += lora_site(d, l, (qlt_proj)(first + j), ys[j], lds[j], &sites[count]);
+    if (count == 0) return;
+    d->be->lora_fwd(d->be, sites, count, d->u, x, n, in, d->lora->r, d->lora->scale);
+}
+
+/* One chunk of n <= max_chunk tokens at positions past .. past+n-1 through every layer; leaves the hidden
+ * states in d->x [n, hidden]. */
+static void forward_chunk(qlt_kv_decoder *d, int64_t n) {
+    const qlt_model *m = d->m;
+    const qlt_model_config *c = &m->cfg;
+    qlt_backend *be = d->be;
+    const size_t es = qlt_dtype_size(be->act_dtype);
+    const int64_t qdim = (int64_t)c->n_heads * c->head_dim, kvdim = (int64_t)c->n_kv_heads * c->head_dim;
+    const int64_t inter = c->intermediate;
+    const float scale = qlt_model_attn_scale(c);
+    be->embed(be, d->x, d->ids, &m->embed, n);
+    for (int l = 0; l < c->n_layers; l++) {
+        const qlt_layer *L = &m->layers[l];
+        void *k_rows = (char *)d->k_cache[l] + es * (size_t)(d->past * kvdim);
+        void *v_rows = (char *)d->v_cache[l] + es * (size_t)(d->past * kvdim);
+        be->rmsnorm_fwd(be, d->xn, d->rstd, d->x, L->attn_norm, n, c->hidden, c->rms_eps);
+        /* q, k, v: k into k_new first when a head norm follows (it writes the cache rows), else straight in */
+        void *k_out = c->qk_norm ? d->k_new : k_rows;
+        void *qkv_out[3] = {d->q, k_out, v_rows};
+        const int64_t qkv_ld[3] = {qdim, kvdim, kvdim};
+        for (int j = 0; j < 3; j++) {
+            const qlt_weight *w = &L->proj[QLT_PROJ_Q + j];
+            be->linear_fwd(be, qkv_out[j], d->xn, &w, 1, L->bias[j], n);
+        }
+        add_adapters(d, l, QLT_PROJ_Q, 3, qkv_out, qkv_ld, d->xn, n, c->hidden);
+        const void *q_final = d->q;
+        if (c->qk_norm) {
+            be->head_norm_rope_fwd(be, d->qn, d->rstd, d->q, L->q_norm, d->pos, m->inv_freq, n, c->n_heads,
+                                   c->head_dim, c->rms_eps);
+            be->head_norm_rope_fwd(be, k_rows, d->rstd, d->k_new, L->k_norm, d->pos, m->inv_freq, n, c->n_kv_heads,
+                                   c->head_dim, c->rms_eps);
+            q_final = d->qn;
+        } else {
+            be->rope(be, d->q, d->pos, m->inv_freq, n, c->n_heads, c->head_dim, 0);
+            be->rope(be, k_rows, d->pos, m->inv_freq, n, c->n_kv_heads, c->head_dim, 0);
+        }
+        be->attention_decode(be, d->attn, q_final, d->k_cache[l], d->v_cache[l], d->past, n, c->n_heads,
+                             c->n_kv_heads, c->head_dim, scale);
+        const qlt_weight *wo = &L->proj[QLT_PROJ_O];
+        be->linear_fwd(be, d->o, d->attn, &wo, 1, NULL, n);
+        void *o_out[1] = {d->o};
+        const int64_t o_ld[1] = {c->hidden};
+        add_adapters(d, l, QLT_PROJ_O, 1, o_out, o_ld, d->attn, n, qdim);
+        be->add_rmsnorm_fwd(be, d->x2, d->xn, d->rstd, d->x, d->o, L->mlp_norm, n, c->hidden, c->rms_eps);
+        const qlt_weight *wgu[2] = {&L->proj[QLT_PROJ_GATE], &L->proj[QLT_PROJ_UP]};
+        be->linear_fwd(be, d->gu, d->xn, wgu, 2, NULL, n);
+        void *gu_out[2] = {d->gu, (char *)d->gu + es * (size_t)inter};
+        const int64_t gu_ld[2] = {2 * inter, 2 * inter};
+        add_adapters(d, l, QLT_PROJ_GATE, 2, gu_out, gu_ld, d->xn, n, c->hidden);
+        be->swiglu_fwd(be, d->act, d->gu, n, inter);
+        const qlt_weight *wd = &L->proj[QLT_PROJ_DOWN];
+        be->linear_fwd(be, d->down, d->act, &wd, 1, NULL, n);
+        void *down_out[1] = {d->down};
+        const int64_t down_ld[1] = {c->hidden};
+        add_adapters(d, l, QLT_PROJ_DOWN, 1, down_out, down_ld, d->act, n, inter);
+        be->add(be, d->x, d->x2, d->down, n * c->hidden);
+    }
+}
+
+/* logits of row i of d->x into host out [vocab] */
+static void row_logits(qlt_kv_decoder *d, int64_t i, float *out) {
+    const qlt_model *m = d->m;
+    qlt_backend *be = d->be;
+    const int64_t hidden = m->cfg.hidden;
+    const void *row = (const char *)d->x + qlt_dtype_size(be->act_dtype) * (size_t)(i * hidden);
+    be->rmsnorm_fwd(be, d->xn, d->rstd, row, m->final_norm, 1, hidden, m->cfg.rms_eps);
+    be->logits(be, d->logits, d->xn, &m->lm_head, 1);
+    be->download(be, out, d->logits, sizeof(float) * (size_t)m->cfg.vocab);
+}
+
+int qlt_kv_decoder_step(qlt_kv_decoder *d, const int32_t *ids, int64_t n, float *logits_last, float *logits_all) {
+    const int32_t vocab = d->m->cfg.vocab;
+    if (n < 1) return qlt_fail("generate: a step needs at least one token");
+    if (d->past + n > d->max_len)
+        return qlt_fail("generate: %lld tokens exceed the KV cache of %lld (prompt + --max-new-tokens)",
+                        (long long)(d->past + n), (long long)d->max_len);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return qlt_fail("generate: token id %d is outside the model's vocabulary of %d", ids[i], vocab);
+    int32_t *pos = qlt_xmalloc(sizeof(int32_t) * (size_t)d->max_chunk);
+    for (int64_t start = 0; start < n; start += d->max_chunk) {
+        const int64_t cn = n - start < d->max_chunk ? n - start : d->max_chunk;
+        for (int64_t i = 0; i < cn; i++) pos[i] = (int32_t)(d->past + i);
+        d->be->upload(d->be, d->ids, ids + start, sizeof(int32_t) * (size_t)cn);
+        d->be->upload(d->be, d->pos, pos, sizeof(int32_t) * (size_t)cn);
+        forward_chunk(d, cn);
+        d->past += cn;
+        if (logits_all)
+            for (int64_t i = 0; i < cn; i++) row_logits(d, i, logits_all + (size_t)(start + i) * (size_t)vocab);
+        else if (logits_last && start + cn == n)
+            row_logits(d, cn - 1, logits_last);
+    }
+    free(pos);
+    return 0;
+}
