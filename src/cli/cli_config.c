@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/error.h"
 
@@ -47,5 +48,20 @@ int qlt_cli_parse_int(const char *flag, const char *v, int min, int max, int *ou
     if (!v[0] || *end || errno || x < min || x > max)
         return qlt_fail("%s: expected an integer in [%d, %d], got '%s'", flag, min, max, v);
     *out = (int)x;
+    return 0;
+}
+
+int qlt_cli_parse_size(const char *flag, const char *v, int64_t *out) {
+    char *end;
+    double x = strtod(v, &end);
+    double unit = -1;
+    if (end != v && x > 0 && x < 9e18) {
+        if (!strcasecmp(end, "") || !strcasecmp(end, "B")) unit = 1;
+        else if (!strcasecmp(end, "KB")) unit = 1e3;
+        else if (!strcasecmp(end, "MB")) unit = 1e6;
+        else if (!strcasecmp(end, "GB")) unit = 1e9;
+    }
+    if (unit < 0 || x * unit < 1 || x * unit > 9e18) return qlt_fail("%s '%s': give a size like 5GB or 500MB", flag, v);
+    *out = (int64_t)(x * unit);
     return 0;
 }

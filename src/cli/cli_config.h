@@ -3,6 +3,8 @@
 #ifndef QLT_CLI_CONFIG_H
 #define QLT_CLI_CONFIG_H
 
+#include <stdint.h>
+
 #include "config/config.h"
 
 typedef struct qlt_cli_args {
@@ -18,5 +20,9 @@ int qlt_cli_load_config(int argc, char **argv, int allow_resume, qlt_cli_args *a
 /* A command-line flag's integer value in [min, max]: 0, or -1 with "FLAG: expected an integer in [min, max],
  * got 'V'". */
 int qlt_cli_parse_int(const char *flag, const char *v, int min, int max, int *out);
+
+/* A size such as 5GB, 500MB, 64KB or 1000 (bytes; decimal units, as Hugging Face's max_shard_size): 0, or -1
+ * with "FLAG 'V': give a size like 5GB or 500MB". */
+int qlt_cli_parse_size(const char *flag, const char *v, int64_t *out);
 
 #endif

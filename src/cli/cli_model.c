@@ -6,11 +6,18 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "formats/gguf.h"
+#include "formats/gguf_tokenizer.h"
 #include "train/device.h"
 
 static int open_tokenizer(qlt_cli_model *cm, const qlt_config *cfg) {
     char *path;
-    if (cfg->data.tokenizer && cfg->data.tokenizer[0]) {
+    int given = cfg->data.tokenizer && cfg->data.tokenizer[0];
+    if (!given && qlt_gguf_is_gguf(cfg->model.path)) /* a GGUF model's own tokenizer */
+        return qlt_gguf_tokenizer_load_file(&cm->tok, cfg->model.path) == 0
+                   ? 0
+                   : qlt_fail_context("the tokenizer of model.path (set data.tokenizer to use another)");
+    if (given) {
         path = qlt_xstrdup(cfg->data.tokenizer);
     } else {
         char *dir = qlt_model_dir_of(cfg->model.path);
@@ -26,8 +33,8 @@ static int open_tokenizer(qlt_cli_model *cm, const qlt_config *cfg) {
 int qlt_cli_model_open(qlt_cli_model *cm, const qlt_config *cfg, const char *adapter_dir, int with_tokenizer) {
     memset(cm, 0, sizeof *cm);
     if (!cfg->model.path || !cfg->model.path[0])
-        return qlt_fail("model.path is empty: set it to a Hugging Face model directory (or random:CONFIG.json), "
-                        "e.g. --set model.path=/models/Qwen2.5-7B");
+        return qlt_fail("model.path is empty: set it to a Hugging Face model directory, a .gguf file or "
+                        "random:CONFIG.json, e.g. --set model.path=/models/Qwen2.5-7B");
     const char *adapter = adapter_dir ? adapter_dir : cfg->lora.init_from;
     /* the cheap checks first: the tokenizer and the adapter's config before the model is loaded */
     if (with_tokenizer && open_tokenizer(cm, cfg) != 0) goto fail;

@@ -1,6 +1,7 @@
 /* cli_model.h: what the commands that run a trained model share (generate; eval-like uses): the backend for
  * train.device, the model of model.path with the config's NF4 settings, the PEFT adapter of a directory
- * (its own adapter_config.json gives r, alpha, targets), and the tokenizer (data.tokenizer, else the model's). */
+ * (its own adapter_config.json gives r, alpha, targets), and the tokenizer (data.tokenizer, else the model's:
+ * tokenizer.json beside it, or a .gguf file's own). */
 #ifndef QLT_CLI_MODEL_H
 #define QLT_CLI_MODEL_H
 

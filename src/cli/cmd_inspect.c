@@ -1,12 +1,14 @@
 /* cmd_inspect.c: `qlora-train inspect MODEL_DIR [--check]`: architecture, parameter counts, every tensor,
  * bytes per dtype, and what the frozen base takes in NF4 (with and without double quantization). Reads
  * headers only (the files are mmapped, never loaded); --check also reads every floating-point value and
- * names the tensors holding NaN or infinity (a checkpoint saved from a diverged run trains to a NaN loss). */
+ * names the tensors holding NaN or infinity (a checkpoint saved from a diverged run trains to a NaN loss).
+ * A .gguf file is described by cmd_inspect_gguf.c. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/fileutil.h"
 #include "formats/safetensors.h"
 #include "model/model_config.h"
 #include "nf4/nf4.h"
@@ -58,8 +60,9 @@ int qlt_cmd_inspect(int argc, char **argv) {
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: qlora-train inspect MODEL_DIR [--check]\n\nPrints the architecture, parameter counts, "
-                   "tensors, bytes per dtype and the NF4 footprint of a Hugging Face model directory.\n"
+            printf("usage: qlora-train inspect MODEL_DIR|FILE.gguf [--check]\n\nPrints the architecture, parameter "
+                   "counts, tensors, bytes per dtype and the NF4 footprint of a Hugging Face model directory or a "
+                   "llama.cpp GGUF file.\n"
                    "  --check   also read every floating-point value and name the tensors holding NaN or infinity "
                    "(exit status 1 if any)\n");
             return 0;
@@ -76,6 +79,8 @@ int qlt_cmd_inspect(int argc, char **argv) {
         fprintf(stderr, "usage: qlora-train inspect MODEL_DIR [--check]\n");
         return 2;
     }
+    size_t len = strlen(dir);
+    if (qlt_file_exists(dir) || (len > 5 && strcmp(dir + len - 5, ".gguf") == 0)) return qlt_cmd_inspect_gguf(dir, check);
     qlt_model_config mc;
     if (qlt_model_config_load(&mc, dir) != 0) return qlt_cli_report_error();
     printf("model: %s\n", dir);

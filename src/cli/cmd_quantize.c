@@ -13,11 +13,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/cli_config.h"
 #include "cli/commands.h"
+#include "cli/model_files.h"
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "formats/bnb_checkpoint.h"
 #include "formats/safetensors.h"
+#include "formats/safetensors_shards.h"
 #include "nf4/nf4.h"
 
 static void usage(FILE *out) {
@@ -44,79 +47,6 @@ static int is_linear_weight(const qlt_st_tensor *t) {
             return t->ndim == 2 && (t->dtype == QLT_DTYPE_F32 || t->dtype == QLT_DTYPE_F16 || t->dtype == QLT_DTYPE_BF16);
     }
     return 0;
-}
-
-static int parse_size(const char *s, int64_t *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v <= 0) return -1;
-    if (!strcasecmp(end, "") || !strcasecmp(end, "B")) *out = (int64_t)v;
-    else if (!strcasecmp(end, "KB")) *out = (int64_t)(v * 1e3);
-    else if (!strcasecmp(end, "MB")) *out = (int64_t)(v * 1e6);
-    else if (!strcasecmp(end, "GB")) *out = (int64_t)(v * 1e9);
-    else return -1;
-    return 0;
-}
-
-typedef struct shards {
-    char *dir;            /* the temporary output directory */
-    qlt_st_writer w;      /* the shard being filled */
-    int64_t w_bytes, max_bytes, total_bytes;
-    int n;                /* shards written */
-    cJSON *weight_map;    /* tensor name -> shard number (renamed at the end) */
-} shards;
-
-static int shard_flush(shards *s) {
-    if (s->w.n == 0) return 0;
-    char name[64];
-    snprintf(name, sizeof name, "shard-%05d.tmp", s->n);
-    char *path = qlt_path_join(s->dir, name);
-    for (int i = 0; i < s->w.n; i++) cJSON_AddNumberToObject(s->weight_map, s->w.items[i].name, s->n);
-    qlt_st_writer_set_metadata(&s->w, "{\"format\":\"pt\"}");
-    int rc = qlt_st_writer_write(&s->w, path);
-    free(path);
-    qlt_st_writer_free(&s->w);
-    qlt_st_writer_init(&s->w);
-    s->w_bytes = 0;
-    s->n++;
-    return rc;
-}
-
-static int shard_account(shards *s, int64_t bytes) {
-    s->w_bytes += bytes;
-    s->total_bytes += bytes;
-    return s->w_bytes >= s->max_bytes ? shard_flush(s) : 0;
-}
-
-/* Renames shard-K.tmp to model.safetensors (one shard) or model-0000K-of-0000N.safetensors + index. */
-static int shard_finish(shards *s) {
-    QLT_TRY(shard_flush(s));
-    char from[64], to[64];
-    for (int k = 0; k < s->n; k++) {
-        snprintf(from, sizeof from, "shard-%05d.tmp", k);
-        if (s->n == 1) snprintf(to, sizeof to, "model.safetensors");
-        else snprintf(to, sizeof to, "model-%05d-of-%05d.safetensors", k + 1, s->n);
-        char *a = qlt_path_join(s->dir, from), *b = qlt_path_join(s->dir, to);
-        int rc = rename(a, b);
-        free(a);
-        free(b);
-        if (rc != 0) return qlt_fail("%s: cannot rename %s to %s: %s", s->dir, from, to, strerror(errno));
-    }
-    if (s->n <= 1) return 0;
-    cJSON *index = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(index, "metadata");
-    cJSON_AddNumberToObject(meta, "total_size", (double)s->total_bytes);
-    cJSON *map = cJSON_AddObjectToObject(index, "weight_map");
-    for (cJSON *it = s->weight_map->child; it; it = it->next) {
-        snprintf(to, sizeof to, "model-%05d-of-%05d.safetensors", (int)it->valuedouble + 1, s->n);
-        cJSON_AddStringToObject(map, it->string, to);
-    }
-    char *text = cJSON_Print(index);
-    char *path = qlt_path_join(s->dir, "model.safetensors.index.json");
-    int rc = qlt_write_file_atomic(path, text, strlen(text));
-    free(path);
-    free(text);
-    cJSON_Delete(index);
-    return rc;
 }
 
 static const char *config_dtype(const cJSON *cfg) {
@@ -172,21 +102,6 @@ static int write_config(const char *in_dir, const char *out_dir, int double_quan
     return rc;
 }
 
-static int copy_if_present(const char *in_dir, const char *out_dir, const char *name) {
-    char *src = qlt_path_join(in_dir, name);
-    int rc = 0;
-    if (qlt_file_exists(src)) {
-        char *data = NULL, *dst = qlt_path_join(out_dir, name);
-        size_t len = 0;
-        rc = qlt_read_file(src, &data, &len);
-        if (rc == 0) rc = qlt_write_file_atomic(dst, data, len);
-        free(data);
-        free(dst);
-    }
-    free(src);
-    return rc;
-}
-
 static int quantize_dir(const char *in_dir, const char *tmp_dir, int blocksize, int double_quant, int64_t max_shard,
                         int *n_quantized) {
     qlt_bnb_config bc;
@@ -195,11 +110,8 @@ static int quantize_dir(const char *in_dir, const char *tmp_dir, int blocksize, 
     if (q == 1) return qlt_fail("%s is already a bitsandbytes 4-bit checkpoint: nothing to quantize", in_dir);
     qlt_st_dir d;
     QLT_TRY(qlt_st_dir_open(&d, in_dir));
-    shards s = {0};
-    s.dir = (char *)tmp_dir;
-    s.max_bytes = max_shard;
-    s.weight_map = cJSON_CreateObject();
-    qlt_st_writer_init(&s.w);
+    qlt_st_shards s;
+    qlt_st_shards_init(&s, tmp_dir, max_shard);
     int rc = 0;
     *n_quantized = 0;
     for (int fi = 0; fi < d.n_files && rc == 0; fi++) {
@@ -207,8 +119,7 @@ static int quantize_dir(const char *in_dir, const char *tmp_dir, int blocksize, 
         for (int ti = 0; ti < f->n_tensors && rc == 0; ti++) {
             const qlt_st_tensor *t = &f->tensors[ti];
             if (!is_linear_weight(t)) {
-                qlt_st_writer_add(&s.w, t->name, t->dtype, t->ndim, t->shape, t->data);
-                rc = shard_account(&s, (int64_t)t->nbytes);
+                rc = qlt_st_shards_add(&s, t->name, t->dtype, t->ndim, t->shape, t->data);
                 continue;
             }
             qlt_nf4 nf;
@@ -222,12 +133,11 @@ static int quantize_dir(const char *in_dir, const char *tmp_dir, int blocksize, 
             qlt_bnb_write_module(&s.w, module, &nf, t->shape, t->ndim, t->dtype);
             qlt_nf4_free_host(&nf);
             (*n_quantized)++;
-            rc = shard_account(&s, qlt_nf4_bytes(t->numel, blocksize, double_quant));
+            rc = qlt_st_shards_account(&s, qlt_nf4_bytes(t->numel, blocksize, double_quant));
         }
     }
-    if (rc == 0) rc = shard_finish(&s);
-    qlt_st_writer_free(&s.w);
-    cJSON_Delete(s.weight_map);
+    if (rc == 0) rc = qlt_st_shards_finish(&s);
+    qlt_st_shards_free(&s);
     qlt_st_dir_close(&d);
     return rc;
 }
@@ -245,10 +155,7 @@ int qlt_cmd_quantize(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--no-double-quant")) {
             double_quant = 0;
         } else if (!strcmp(argv[i], "--max-shard-size") && i + 1 < argc) {
-            if (parse_size(argv[++i], &max_shard) != 0) {
-                qlt_fail("--max-shard-size '%s': give a size like 5GB or 500MB", argv[i]);
-                return qlt_cli_report_error();
-            }
+            if (qlt_cli_parse_size("--max-shard-size", argv[++i], &max_shard) != 0) return qlt_cli_report_error();
         } else if (argv[i][0] == '-' || npos == 2) {
             fprintf(stderr, "qlora-train: error: quantize: unexpected argument '%s'\n", argv[i]);
             usage(stderr);
@@ -273,9 +180,7 @@ int qlt_cmd_quantize(int argc, char **argv) {
     int n_quantized = 0;
     int rc = quantize_dir(in_dir, tmp_dir, blocksize, double_quant, max_shard, &n_quantized);
     if (rc == 0) rc = write_config(in_dir, tmp_dir, double_quant);
-    static const char *const extra[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                        "generation_config.json", "tokenizer.model", "vocab.json", "merges.txt"};
-    for (size_t i = 0; rc == 0 && i < sizeof extra / sizeof *extra; i++) rc = copy_if_present(in_dir, tmp_dir, extra[i]);
+    if (rc == 0) rc = qlt_cli_copy_model_files(in_dir, tmp_dir);
     if (rc == 0) rc = qlt_commit_dir(tmp_dir, out_dir);
     if (rc != 0) {
         qlt_remove_tree(tmp_dir);

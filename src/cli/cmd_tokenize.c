@@ -15,11 +15,13 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "data/jsonl.h"
+#include "formats/gguf.h"
+#include "formats/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: qlora-train tokenize --tokenizer PATH [--decode]\n"
+            "usage: qlora-train tokenize --tokenizer PATH [--decode]      (PATH: a tokenizer.json or a .gguf model)\n"
             "       qlora-train tokenize --tokenizer PATH --bench FILE.jsonl [--threads N] [--repeat R]\n\n"
             "Reads one JSON string a line on stdin and writes its token ids as one JSON array a line\n"
             "(Hugging Face encode(text, add_special_tokens=False); added/special tokens in the text are\n"
@@ -201,11 +203,12 @@ int qlt_cmd_tokenize(int argc, char **argv) {
         }
     }
     if (!path) {
-        fprintf(stderr, "qlora-train: error: tokenize needs --tokenizer PATH (a tokenizer.json)\n");
+        fprintf(stderr, "qlora-train: error: tokenize needs --tokenizer PATH (a tokenizer.json or a .gguf model)\n");
         return 2;
     }
     qlt_tokenizer *tok;
-    if (qlt_tokenizer_load(&tok, path) != 0) return qlt_cli_report_error();
+    int loaded = qlt_gguf_is_gguf(path) ? qlt_gguf_tokenizer_load_file(&tok, path) : qlt_tokenizer_load(&tok, path);
+    if (loaded != 0) return qlt_cli_report_error();
     int status = bench_file ? bench(tok, bench_file, threads, repeat) : decode ? decode_lines(tok) : encode_lines(tok);
     qlt_tokenizer_free(tok);
     return status;

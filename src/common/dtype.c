@@ -150,3 +150,38 @@ void qlt_convert_from_f32(void *dst, qlt_dtype dst_type, const float *src, size_
     default: QLT_ASSERT(!"qlt_convert_from_f32: not a float dtype");
     }
 }
+
+/* d rounded to a float32 whose last bit records inexactness (round to odd): truncate toward zero, then set
+ * bit 0 when anything was cut off. A later rounding to a format of at most 22 bits then rounds as d would. */
+static float f64_to_f32_odd(double d) {
+    float f = (float)d;
+    if (isnan(d) || isinf(f) || (double)f == d) return f;
+    if (fabs((double)f) > fabs(d)) f = nextafterf(f, 0.0f);
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    bits |= 1u;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+void qlt_convert_from_f64(void *dst, qlt_dtype dst_type, const double *src, size_t n) {
+    unsigned char *d = dst;
+    switch (dst_type) {
+    case QLT_DTYPE_F64: memcpy(dst, src, n * 8); break;
+    case QLT_DTYPE_F32:
+        for (size_t i = 0; i < n; i++) {
+            float v = (float)src[i];
+            memcpy(d + 4 * i, &v, 4);
+        }
+        break;
+    case QLT_DTYPE_BF16:
+    case QLT_DTYPE_F16:
+        for (size_t i = 0; i < n; i++) {
+            float odd = f64_to_f32_odd(src[i]);
+            uint16_t h = dst_type == QLT_DTYPE_BF16 ? qlt_f32_to_bf16(odd) : qlt_f32_to_f16(odd);
+            memcpy(d + 2 * i, &h, 2);
+        }
+        break;
+    default: QLT_ASSERT(!"qlt_convert_from_f64: not a float dtype");
+    }
+}

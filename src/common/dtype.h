@@ -39,5 +39,10 @@ uint16_t qlt_f32_to_f16(float f);
 void qlt_convert_to_f32(float *dst, const void *src, qlt_dtype src_type, size_t n);
 /* Converts n float32 values to a float dtype (F32/F16/BF16/F64). */
 void qlt_convert_from_f32(void *dst, qlt_dtype dst_type, const float *src, size_t n);
+/* Converts n doubles to a float dtype rounding once to nearest even, as if straight from the double:
+ * F32 by the FPU; BF16 / F16 through a float32 rounded to odd (an inexact result keeps its last bit set),
+ * which float32's 24 bits make safe to round again (double rounding would move ties, e.g. 1 + 2^-8 +
+ * 2^-30 to 1 instead of 1 + 2^-7). */
+void qlt_convert_from_f64(void *dst, qlt_dtype dst_type, const double *src, size_t n);
 
 #endif

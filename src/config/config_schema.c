@@ -63,7 +63,7 @@ _Static_assert(sizeof(qlt_quant) == sizeof(int) && sizeof(qlt_data_format) == si
 
 static const qlt_cfg_entry schema[] = {
     STRING_KEY("model.path", model.path, "\"\"", "base_model|model_name_or_path|model_path|model_dir",
-               "model directory (config.json, *.safetensors, tokenizer.json), or random:CONFIG.json (random weights); required"),
+               "model directory (config.json, *.safetensors, tokenizer.json), a llama.cpp .gguf file, or random:CONFIG.json (random weights); required"),
     ENUM_KEY("model.quant", model.quant, "nf4", "nf4, none", quant_values, QLT_QUANT_COUNT,
              "quantization|load_in_4bit|bnb_4bit_quant_type",
              "how the frozen base is stored: nf4 = 4-bit NormalFloat blocks (QLoRA), none = bf16"),
@@ -101,7 +101,7 @@ static const qlt_cfg_entry schema[] = {
     BOOL_KEY("data.shuffle", data.shuffle, "true", "shuffle_data",
              "shuffle the sequences every epoch (seeded by train.seed)"),
     STRING_KEY("data.tokenizer", data.tokenizer, "\"\"", "tokenizer_path|tokenizer_name",
-               "tokenizer.json to use (\"\" = <model.path>/tokenizer.json)"),
+               "tokenizer.json to use (\"\" = <model.path>/tokenizer.json, or a .gguf model's own tokenizer)"),
     ENUM_KEY("data.chat_template", data.chat_template, "auto", "auto, chatml, llama3", chat_template_values,
              QLT_CHAT_TEMPLATE_COUNT, "template",
              "chat format for data.format chat; auto = take it from the tokenizer / model"),

@@ -24,7 +24,10 @@ static int check_tokens(const qlt_tokenizer *tok, const char *name, const char *
 
 int qlt_chat_template_resolve(qlt_chat_template choice, const qlt_tokenizer *tok, qlt_chat_template *out) {
     if (choice == QLT_CHAT_TEMPLATE_AUTO) {
-        if (qlt_tokenizer_token_id(tok, "<|im_start|>") >= 0) choice = QLT_CHAT_TEMPLATE_CHATML;
+        /* the template the tokenizer's configuration names first, then the special tokens it has */
+        const char *named = qlt_tokenizer_chat_template(tok);
+        if (named) choice = strcmp(named, "chatml") == 0 ? QLT_CHAT_TEMPLATE_CHATML : QLT_CHAT_TEMPLATE_LLAMA3;
+        else if (qlt_tokenizer_token_id(tok, "<|im_start|>") >= 0) choice = QLT_CHAT_TEMPLATE_CHATML;
         else if (qlt_tokenizer_token_id(tok, "<|start_header_id|>") >= 0) choice = QLT_CHAT_TEMPLATE_LLAMA3;
         else
             return qlt_fail("data.chat_template: auto found neither <|im_start|> (chatml) nor <|start_header_id|> "

@@ -18,9 +18,9 @@ typedef struct qlt_chat_message {
     const char *content;
 } qlt_chat_message;
 
-/* Resolves data.chat_template (auto: chatml when the tokenizer has <|im_start|>, llama3 when it has
- * <|start_header_id|>) into *out, QLT_CHAT_TEMPLATE_CHATML or _LLAMA3, and checks that the tokenizer has the
- * template's special tokens. */
+/* Resolves data.chat_template (auto: the template tokenizer_config.json's chat_template is recognisably
+ * written for, else chatml when the tokenizer has <|im_start|>, llama3 when it has <|start_header_id|>) into
+ * *out, QLT_CHAT_TEMPLATE_CHATML or _LLAMA3, and checks that the tokenizer has the template's special tokens. */
 int qlt_chat_template_resolve(qlt_chat_template choice, const qlt_tokenizer *tok, qlt_chat_template *out);
 const char *qlt_chat_template_name(qlt_chat_template t);
 /* Appends the rendered conversation's ids and labels (-100 where masked; everything trained when

@@ -149,25 +149,26 @@ static int build_rows(build_state *st, const qlt_path_list *files) {
     return 0;
 }
 
+/* tok_path: the tokenizer.json to load, or NULL to use model_tok (the model's own, kept by the caller). */
 static int build_uncached(qlt_dataset *ds, const qlt_config *cfg, const qlt_path_list *files,
-                          qlt_data_format format, const char *tok_path) {
-    qlt_tokenizer *tok = NULL;
+                          qlt_data_format format, const char *tok_path, const qlt_tokenizer *model_tok) {
+    qlt_tokenizer *tok = NULL; /* loaded here, freed here */
     qlt_example_ctx ctx = {format, NULL, NULL, 0, cfg->data.train_on_prompt, -1};
     int32_t pad = 0;
     if (format != QLT_DATA_FORMAT_TOKENS) {
-        if (qlt_tokenizer_load(&tok, tok_path) != 0) return qlt_fail_context("data.tokenizer");
-        ctx.tok = tok;
-        ctx.eos = qlt_tokenizer_eos_id(tok);
-        pad = qlt_tokenizer_pad_id(tok);
-        if (format == QLT_DATA_FORMAT_CHAT && qlt_chat_template_resolve(cfg->data.chat_template, tok, &ctx.chat) != 0) {
+        if (tok_path && qlt_tokenizer_load(&tok, tok_path) != 0) return qlt_fail_context("data.tokenizer");
+        ctx.tok = tok ? tok : model_tok;
+        ctx.eos = qlt_tokenizer_eos_id(ctx.tok);
+        pad = qlt_tokenizer_pad_id(ctx.tok);
+        if (format == QLT_DATA_FORMAT_CHAT && qlt_chat_template_resolve(cfg->data.chat_template, ctx.tok, &ctx.chat) != 0) {
             qlt_tokenizer_free(tok);
             return -1;
         }
         if (format != QLT_DATA_FORMAT_CHAT && ctx.eos < 0) {
             qlt_tokenizer_free(tok);
             return qlt_fail("%s: no end-of-text token (<|endoftext|>, <|end_of_text|>, </s>, or eos_token in "
-                            "tokenizer_config.json), which data.format: %s appends to every example", tok_path,
-                            qlt_config_enum_text("data.format", format));
+                            "tokenizer_config.json), which data.format: %s appends to every example",
+                            tok_path ? tok_path : "the model's tokenizer", qlt_config_enum_text("data.format", format));
         }
     }
     build_state st;
@@ -179,7 +180,7 @@ static int build_uncached(qlt_dataset *ds, const qlt_config *cfg, const qlt_path
     st.workers = qlt_xcalloc((size_t)st.n_threads, sizeof *st.workers);
     for (int t = 0; t < st.n_threads; t++) {
         st.workers[t].ctx = ctx;
-        if (tok) st.workers[t].ctx.enc = qlt_encoder_new(tok);
+        if (ctx.tok) st.workers[t].ctx.enc = qlt_encoder_new(ctx.tok);
         st.workers[t].ex_end = qlt_xmalloc(BATCH_LINES * sizeof(int64_t));
         st.workers[t].ex_err = qlt_xmalloc(BATCH_LINES * sizeof(char *));
     }
@@ -211,6 +212,11 @@ static int build_uncached(qlt_dataset *ds, const qlt_config *cfg, const qlt_path
 
 int qlt_dataset_build(qlt_dataset *ds, const qlt_config *cfg, const qlt_path_list *files, const char *model_dir,
                       const char *cache_dir) {
+    return qlt_dataset_build_with(ds, cfg, files, model_dir, NULL, cache_dir);
+}
+
+int qlt_dataset_build_with(qlt_dataset *ds, const qlt_config *cfg, const qlt_path_list *files, const char *model_dir,
+                           const qlt_tokenizer *model_tok, const char *cache_dir) {
     memset(ds, 0, sizeof *ds);
     qlt_data_format format = cfg->data.format;
     if ((unsigned)format >= QLT_DATA_FORMAT_COUNT)
@@ -222,6 +228,8 @@ int qlt_dataset_build(qlt_dataset *ds, const qlt_config *cfg, const qlt_path_lis
     if (format != QLT_DATA_FORMAT_TOKENS) {
         if (cfg->data.tokenizer && cfg->data.tokenizer[0]) {
             tok_path = qlt_xstrdup(cfg->data.tokenizer);
+        } else if (model_tok) {
+            /* the model's own tokenizer (a GGUF file's): tok_path stays NULL */
         } else if (model_dir && model_dir[0]) {
             tok_path = qlt_xmalloc(strlen(model_dir) + 32);
             sprintf(tok_path, "%s/tokenizer.json", model_dir);
@@ -234,7 +242,8 @@ int qlt_dataset_build(qlt_dataset *ds, const qlt_config *cfg, const qlt_path_lis
     uint64_t key = 0;
     int r = 0;
     if (cache_dir && cache_dir[0] && cfg->data.cache) {
-        if ((r = qlt_dataset_cache_key(cfg, files, tok_path, &key)) == 0 && (r = mkdir_p(cache_dir)) == 0) {
+        if ((r = qlt_dataset_cache_key(cfg, files, tok_path, tok_path ? NULL : model_tok, &key)) == 0 &&
+            (r = mkdir_p(cache_dir)) == 0) {
             cache_path = qlt_xmalloc(strlen(cache_dir) + 64);
             sprintf(cache_path, "%s/dataset-%016llx.bin", cache_dir, (unsigned long long)key);
             if (qlt_dataset_cache_load(ds, cache_path, key)) {
@@ -244,7 +253,7 @@ int qlt_dataset_build(qlt_dataset *ds, const qlt_config *cfg, const qlt_path_lis
             }
         }
     }
-    if (r == 0) r = build_uncached(ds, cfg, files, format, tok_path);
+    if (r == 0) r = build_uncached(ds, cfg, files, format, tok_path, model_tok);
     if (r == 0 && cache_path) r = qlt_dataset_cache_save(ds, cache_path, key);
     if (r != 0) qlt_dataset_free(ds);
     free(cache_path);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct qlt_dataset {
     int64_t n_rows;
@@ -36,6 +37,10 @@ typedef struct qlt_dataset {
  * holds the tokenized+packed cache (data.cache). Errors name file and line. */
 int qlt_dataset_build(qlt_dataset *ds, const qlt_config *cfg, const qlt_path_list *files,
                       const char *model_dir, const char *cache_dir);
+/* The same, with the model's own tokenizer model_tok (a GGUF file's; kept by the caller) used instead of
+ * <model_dir>/tokenizer.json when data.tokenizer is empty (NULL: as qlt_dataset_build). */
+int qlt_dataset_build_with(qlt_dataset *ds, const qlt_config *cfg, const qlt_path_list *files,
+                           const char *model_dir, const qlt_tokenizer *model_tok, const char *cache_dir);
 /* Splits off the last `fraction` of rows (at least one row when fraction > 0) into *eval. */
 int qlt_dataset_split(qlt_dataset *train, qlt_dataset *eval, float fraction, uint64_t seed);
 /* The most examples whose attention masking matters in one row: the examples of a row, less a trailing run

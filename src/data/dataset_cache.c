@@ -46,7 +46,7 @@ static int hash_file(const char *path, uint64_t *h) {
 static uint64_t hash_str(const char *s, uint64_t h) { return qlt_hash64(s ? s : "", s ? strlen(s) + 1 : 1, h); }
 
 int qlt_dataset_cache_key(const qlt_config *cfg, const qlt_path_list *files, const char *tokenizer_path,
-                          uint64_t *key) {
+                          const qlt_tokenizer *tok, uint64_t *key) {
     uint64_t h = 0x716c742d64617461ULL + CACHE_VERSION;
     for (int i = 0; i < files->count; i++) {
         h = hash_str(files->items[i], h);
@@ -69,6 +69,10 @@ int qlt_dataset_cache_key(const qlt_config *cfg, const qlt_path_list *files, con
         }
         free(cfg_path);
         QLT_TRY(rc);
+    }
+    if (tok) {
+        uint64_t th = qlt_tokenizer_hash(tok);
+        h = qlt_hash64(&th, sizeof th, hash_str("in-memory tokenizer", h));
     }
     /* the keys' text, so a cache keyed before these keys were enums stays valid */
     h = hash_str(qlt_config_enum_text("data.format", cfg->data.format), h);

@@ -40,9 +40,10 @@ void qlt_packer_add(qlt_packer *p, const int32_t *ids, const int32_t *labels, in
 void qlt_packer_finish(qlt_packer *p);
 
 /* Cache key over everything that shapes the rows: inputs' bytes, tokenizer.json's bytes (when used) with
- * the tokenizer_config.json beside it, and the data.* settings. */
+ * the tokenizer_config.json beside it, or the hash of a tokenizer given in memory (tok, when not NULL), and
+ * the data.* settings. */
 int qlt_dataset_cache_key(const qlt_config *cfg, const qlt_path_list *files, const char *tokenizer_path,
-                          uint64_t *key);
+                          const qlt_tokenizer *tok, uint64_t *key);
 /* 1 = loaded; 0 = absent, stale or corrupt (ds untouched; a corrupt file is reported on stderr). */
 int qlt_dataset_cache_load(qlt_dataset *ds, const char *path, uint64_t key);
 /* Writes path atomically (temp file + rename). */

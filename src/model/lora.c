@@ -17,6 +17,8 @@
 static const unsigned proj_target_bit[QLT_PROJ_COUNT] = {QLT_TARGET_Q, QLT_TARGET_K, QLT_TARGET_V, QLT_TARGET_O,
                                                          QLT_TARGET_GATE, QLT_TARGET_UP, QLT_TARGET_DOWN};
 
+unsigned qlt_lora_target_bit(qlt_proj p) { return proj_target_bit[p]; }
+
 const qlt_proj_group qlt_proj_groups[QLT_GROUP_COUNT] = {
     [QLT_GROUP_QKV] = {QLT_PROJ_Q, 3},
     [QLT_GROUP_O] = {QLT_PROJ_O, 1},
@@ -179,6 +181,24 @@ int qlt_lora_read_peft_config(const char *dir, int *r, float *alpha, unsigned *t
     return rc;
 }
 
+int qlt_lora_peft_tensor(const qlt_st_file *f, int layer, qlt_proj p, char which, int r, int64_t in, int64_t out,
+                         const qlt_st_tensor **t) {
+    char name[256];
+    qlt_lora_tensor_name(name, sizeof name, layer, p, which);
+    int64_t rows = which == 'B' ? out : r, cols = which == 'B' ? r : in;
+    *t = qlt_st_find(f, name);
+    if (!*t) return qlt_fail("%s: tensor '%s' is missing", f->path, name);
+    const qlt_st_tensor *x = *t;
+    if (x->ndim != 2 || x->shape[0] != rows || x->shape[1] != cols || !qlt_dtype_is_float(x->dtype)) {
+        char got[64];
+        qlt_st_format_shape(got, sizeof got, x->ndim, x->shape);
+        return qlt_fail("%s: tensor '%s' is %s [%s]; this model needs a float [%lld, %lld] matrix (an adapter of "
+                        "another model, or of another r?)", f->path, name, qlt_dtype_name(x->dtype), got,
+                        (long long)rows, (long long)cols);
+    }
+    return 0;
+}
+
 int qlt_lora_load_peft(qlt_lora *lora, const char *dir) {
     char *path = qlt_path_join(dir, "adapter_model.safetensors");
     qlt_st_file f;
@@ -188,21 +208,14 @@ int qlt_lora_load_peft(qlt_lora *lora, const char *dir) {
     }
     float *host = qlt_xcalloc((size_t)lora->n_params, sizeof(float));
     int rc = 0, used = 0;
-    char name[256];
     for (int l = 0; l < lora->n_layers && rc == 0; l++) {
         for (int p = 0; p < QLT_PROJ_COUNT && rc == 0; p++) {
             const qlt_lora_slot *s = &lora->slots[l][p];
             if (!s->active) continue;
             for (int which = 0; which < 2 && rc == 0; which++) {
-                qlt_lora_tensor_name(name, sizeof name, l, p, which ? 'B' : 'A');
-                const qlt_st_tensor *t = qlt_st_find(&f, name);
-                int64_t rows = which ? s->out : lora->r, cols = which ? lora->r : s->in;
-                if (!t) {
-                    rc = qlt_fail("%s: tensor '%s' is missing", path, name);
-                } else if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols || !qlt_dtype_is_float(t->dtype)) {
-                    rc = qlt_fail("%s: tensor '%s' should be a float [%lld, %lld] matrix", path, name, (long long)rows,
-                                  (long long)cols);
-                } else {
+                const qlt_st_tensor *t;
+                rc = qlt_lora_peft_tensor(&f, l, p, which ? 'B' : 'A', lora->r, s->in, s->out, &t);
+                if (rc == 0) {
                     qlt_st_read_f32(t, host + (which ? qlt_lora_offset_b(lora, s) : s->offset_a));
                     used++;
                 }

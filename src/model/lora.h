@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "formats/safetensors.h"
 #include "model/model.h"
 
 typedef struct qlt_lora_slot {
@@ -47,6 +48,9 @@ typedef struct qlt_proj_group {
 } qlt_proj_group;
 extern const qlt_proj_group qlt_proj_groups[QLT_GROUP_COUNT];
 
+/* The QLT_TARGET_* bit (config.h) of projection p. */
+unsigned qlt_lora_target_bit(qlt_proj p);
+
 /* Allocates adapters for `targets` on every layer; parameters zero (use init or load next). */
 int qlt_lora_create(qlt_lora *lora, const qlt_model *model, int r, float alpha, unsigned targets, int rslora,
                     float dropout);
@@ -56,6 +60,11 @@ void qlt_lora_init_default(qlt_lora *lora, uint64_t seed);
 int qlt_lora_read_peft_config(const char *dir, int *r, float *alpha, unsigned *targets, int *rslora, float *dropout);
 /* Loads A/B values from a PEFT adapter dir into an existing lora (shapes and targets must match). */
 int qlt_lora_load_peft(qlt_lora *lora, const char *dir);
+/* The PEFT tensor of layer `layer`, projection p, matrix which ('A' [r, in] or 'B' [out, r]) in an open
+ * adapter_model.safetensors, checked to be a float matrix of that shape: 0, or -1 with qlt_fail naming the
+ * file and the tensor (missing, or another shape: an adapter of another model). */
+int qlt_lora_peft_tensor(const qlt_st_file *f, int layer, qlt_proj p, char which, int r, int64_t in, int64_t out,
+                         const qlt_st_tensor **t);
 /* Writes adapter_config.json + adapter_model.safetensors (F32) into dir (which must exist). */
 int qlt_lora_save_peft(const qlt_lora *lora, const qlt_model_config *mc, const char *base_model, const char *dir);
 /* PEFT tensor name of layer l, projection p, matrix 'A' or 'B'. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/fileutil.h"
 #include "formats/bnb_checkpoint.h"
 #include "formats/safetensors.h"
 #include "nf4/nf4.h"
@@ -101,6 +102,8 @@ int qlt_model_finish(qlt_model *m) {
 }
 
 int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_model_load_opts *opts) {
+    size_t n = strlen(dir);
+    if (qlt_file_exists(dir) || (n > 5 && strcmp(dir + n - 5, ".gguf") == 0)) return qlt_model_load_gguf(m, be, dir, opts);
     memset(m, 0, sizeof *m);
     m->be = be;
     QLT_TRY(qlt_model_config_load(&m->cfg, dir));

@@ -1,6 +1,7 @@
 /* model.h: the frozen base model on a backend: embeddings, per-layer norms and projections (dense or
  * NF4), final norm and lm_head (tied to the embeddings or not). Loading streams tensor by tensor from
- * the safetensors files (mmapped), so host memory holds one tensor at a time beyond the mapping. */
+ * the safetensors files or the GGUF file (mmapped), so host memory holds one tensor at a time beyond the
+ * mapping. */
 #ifndef QLT_MODEL_H
 #define QLT_MODEL_H
 
@@ -50,16 +51,21 @@ typedef struct qlt_model_load_opts {
     int double_quant;   /* 1 */
 } qlt_model_load_opts;
 
-/* Loads dir (config.json + safetensors) onto be. */
+/* Loads dir (config.json + safetensors) onto be; a path that is a file is read as GGUF. */
 int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_model_load_opts *opts);
+/* Loads a llama.cpp .gguf file onto be (model_gguf.c): architecture from its metadata, tensors by GGUF name
+ * mapped onto the Hugging Face layout (llama.cpp's q/k row order undone), each dequantized to float32
+ * and then stored as opts asks (NF4 or dense). */
+int qlt_model_load_gguf(qlt_model *m, qlt_backend *be, const char *path, const qlt_model_load_opts *opts);
 /* The last step of both model builders: uploads the RoPE frequencies of m->cfg into m->inv_freq,
  * prepares each layer's gate+up stack (be->weight_stack_prepare) and q/k/v biases (be->bias_prepare).
  * 0 or -1 with qlt_fail. */
 int qlt_model_finish(qlt_model *m);
-/* model.path semantics: a model directory, or "random:<config.json>" for random weights of that
- * architecture (seeded). */
+/* model.path semantics: a model directory, a .gguf file, or "random:<config.json>" for random weights of
+ * that architecture (seeded). */
 int qlt_model_open(qlt_model *m, qlt_backend *be, const char *path, const qlt_model_load_opts *opts, uint64_t seed);
-/* The directory holding the model's files (tokenizer.json, config.json): path, or the config's dir. Heap. */
+/* The directory holding the model's files (tokenizer.json, config.json): path, or the config's dir (for
+ * random:) or the file's dir (for a .gguf file). Heap. */
 char *qlt_model_dir_of(const char *path);
 /* A model of the given architecture with random weights (std 0.02, norms 1), no files needed. */
 int qlt_model_init_random(qlt_model *m, qlt_backend *be, const qlt_model_config *cfg, uint64_t seed,

@@ -1,4 +1,4 @@
-/* model_config.c: config.json -> qlt_model_config (see model_config.h). */
+/* model_config.c: config.json or GGUF metadata -> qlt_model_config (see model_config.h). */
 #include "model/model_config.h"
 
 #include <cjson/cJSON.h>
@@ -12,6 +12,8 @@
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "formats/bnb_checkpoint.h"
+#include "formats/gguf.h"
+#include "formats/gguf_dequant.h"
 
 static const struct {
     const char *name;
@@ -137,6 +139,10 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
         goto done;
     }
     if (get_int(root, "head_dim", 0, mc->hidden / mc->n_heads, &mc->head_dim, path)) goto done;
+    const cJSON *max_pos = cJSON_GetObjectItemCaseSensitive(root, "max_position_embeddings"); /* informational */
+    mc->context_length = cJSON_IsNumber(max_pos) && max_pos->valuedouble >= 1 && max_pos->valuedouble <= 1e9
+                             ? (int)max_pos->valuedouble
+                             : 0;
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
     mc->sliding_window = cJSON_IsNumber(sw) && sw->valuedouble >= 1 &&
                                  !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window"))
@@ -191,12 +197,155 @@ int qlt_model_config_load(qlt_model_config *mc, const char *dir) {
     return rc;
 }
 
+/* ---- GGUF metadata ---- */
+
+static const struct {
+    const char *gguf;   /* general.architecture */
+    const char *hf;     /* the Hugging Face class it stands for */
+    qlt_arch arch;
+} gguf_archs[] = {
+    {"llama", "LlamaForCausalLM", QLT_ARCH_LLAMA},
+    {"mistral", "MistralForCausalLM", QLT_ARCH_MISTRAL},
+    {"qwen2", "Qwen2ForCausalLM", QLT_ARCH_QWEN2},
+    {"qwen3", "Qwen3ForCausalLM", QLT_ARCH_QWEN3},
+};
+
+/* <arch>.<suffix> as an int in [lo, 1e9]; required or def. */
+static int gguf_int(const qlt_gguf *g, const char *arch, const char *suffix, int required, int64_t def, int lo,
+                    int *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v;
+    int found = qlt_gguf_get_int(g, key, def, &v);
+    if (found < 0) return -1;
+    if (!found && required) return qlt_fail("%s: missing key '%s' (not a complete llama.cpp model file?)", g->path, key);
+    if (v < lo || v > 1000000000)
+        return qlt_fail("%s: key '%s' is %lld; it must be between %d and 1e9", g->path, key, (long long)v, lo);
+    *out = (int)v;
+    return 0;
+}
+
+static int gguf_double(const qlt_gguf *g, const char *arch, const char *suffix, int required, double def,
+                       double *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int found = qlt_gguf_get_float(g, key, def, out);
+    if (found < 0) return -1;
+    if (!found && required) return qlt_fail("%s: missing key '%s' (not a complete llama.cpp model file?)", g->path, key);
+    if (!isfinite(*out)) return qlt_fail("%s: key '%s' is not a finite number", g->path, key);
+    return 0;
+}
+
+/* RoPE: rope.scaling.type none (or absent) with optional rope_freqs.weight divisors; others refused. */
+static int gguf_rope(qlt_model_config *mc, const qlt_gguf *g, const char *arch) {
+    char key[128];
+    const char *type;
+    uint64_t len;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    QLT_TRY(qlt_gguf_get_string(g, key, &type, &len) < 0 ? -1 : 0);
+    if (type && !(len == 4 && memcmp(type, "none", 4) == 0))
+        return qlt_fail("%s: key '%s' is \"%.*s\"; rope scaling of that kind is not supported (supported: none, and "
+                        "Llama-3's frequency factors in rope_freqs.weight)", g->path, key, (int)(len > 64 ? 64 : len),
+                        type);
+    double linear;
+    snprintf(key, sizeof key, "%s.rope.scale_linear", arch);
+    if (qlt_gguf_get_float(g, key, 1.0, &linear) < 0) return -1;
+    if (linear != 1.0) return qlt_fail("%s: key '%s' is %g; linear rope scaling is not supported", g->path, key, linear);
+    mc->rope_type = QLT_ROPE_DEFAULT;
+    const qlt_gguf_tensor *t = qlt_gguf_find_tensor(g, "rope_freqs.weight");
+    if (!t) return 0;
+    int half = mc->head_dim / 2;
+    if (t->ndim != 1 || t->ne[0] != half)
+        return qlt_fail("%s: tensor 'rope_freqs.weight' has %lld values; head_dim %d implies %d", g->path,
+                        (long long)t->numel, mc->head_dim, half);
+    QLT_TRY(qlt_gguf_tensor_to_f32(g, t, mc->rope_factors));
+    for (int i = 0; i < half; i++)
+        if (!(mc->rope_factors[i] > 0 && isfinite(mc->rope_factors[i])))
+            return qlt_fail("%s: tensor 'rope_freqs.weight': value %d is %g; frequency factors must be positive", g->path,
+                            i, mc->rope_factors[i]);
+    mc->rope_type = QLT_ROPE_FACTORS;
+    return 0;
+}
+
+int qlt_model_config_from_gguf(qlt_model_config *mc, const qlt_gguf *g) {
+    memset(mc, 0, sizeof *mc);
+    const char *s;
+    uint64_t len;
+    if (qlt_gguf_get_string(g, "general.architecture", &s, &len) < 0) return -1;
+    if (!s) return qlt_fail("%s: missing key 'general.architecture' (not a llama.cpp model file?)", g->path);
+    char arch[64];
+    snprintf(arch, sizeof arch, "%.*s", (int)(len < 63 ? len : 63), s);
+    int found = 0;
+    for (size_t i = 0; i < sizeof gguf_archs / sizeof gguf_archs[0]; i++) {
+        if (strlen(gguf_archs[i].gguf) == len && memcmp(s, gguf_archs[i].gguf, len) == 0) {
+            mc->arch = gguf_archs[i].arch;
+            snprintf(mc->arch_name, sizeof mc->arch_name, "%s", gguf_archs[i].hf);
+            found = 1;
+        }
+    }
+    if (!found)
+        return qlt_fail("%s: general.architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
+                        g->path, arch);
+    int experts = 0;
+    QLT_TRY(gguf_int(g, arch, "expert_count", 0, 0, 0, &experts));
+    if (experts > 0)
+        return qlt_fail("%s: %s.expert_count is %d: mixture-of-experts models are not supported", g->path, arch, experts);
+    QLT_TRY(gguf_int(g, arch, "block_count", 1, 0, 1, &mc->n_layers));
+    QLT_TRY(gguf_int(g, arch, "embedding_length", 1, 0, 1, &mc->hidden));
+    QLT_TRY(gguf_int(g, arch, "feed_forward_length", 1, 0, 1, &mc->intermediate));
+    QLT_TRY(gguf_int(g, arch, "attention.head_count", 1, 0, 1, &mc->n_heads));
+    QLT_TRY(gguf_int(g, arch, "attention.head_count_kv", 0, mc->n_heads, 1, &mc->n_kv_heads));
+    QLT_TRY(gguf_int(g, arch, "attention.key_length", 0, mc->hidden / mc->n_heads, 1, &mc->head_dim));
+    int value_length, rope_dims;
+    QLT_TRY(gguf_int(g, arch, "attention.value_length", 0, mc->head_dim, 1, &value_length));
+    QLT_TRY(gguf_int(g, arch, "rope.dimension_count", 0, mc->head_dim, 1, &rope_dims));
+    QLT_TRY(gguf_int(g, arch, "context_length", 0, 0, 0, &mc->context_length));
+    QLT_TRY(gguf_int(g, arch, "attention.sliding_window", 0, 0, 0, &mc->sliding_window));
+    if (value_length != mc->head_dim)
+        return qlt_fail("%s: %s.attention.value_length (%d) differs from key_length (%d), which is not supported",
+                        g->path, arch, value_length, mc->head_dim);
+    if (rope_dims != mc->head_dim)
+        return qlt_fail("%s: %s.rope.dimension_count is %d but heads have %d dims: partial rotary embeddings are not "
+                        "supported", g->path, arch, rope_dims, mc->head_dim);
+    if (mc->head_dim % 2 || mc->head_dim > 512)
+        return qlt_fail("%s: head_dim must be an even number of at most 512 (got %d from %s.attention.key_length or "
+                        "embedding_length / head_count)", g->path, mc->head_dim, arch);
+    if (mc->n_heads % mc->n_kv_heads)
+        return qlt_fail("%s: %s.attention.head_count (%d) must be a multiple of head_count_kv (%d)", g->path, arch,
+                        mc->n_heads, mc->n_kv_heads);
+    double eps;
+    QLT_TRY(gguf_double(g, arch, "attention.layer_norm_rms_epsilon", 1, 0, &eps));
+    if (!(eps >= 0 && eps <= FLT_MAX))
+        return qlt_fail("%s: %s.attention.layer_norm_rms_epsilon must be >= 0 and fit a 32-bit float (got %g)", g->path,
+                        arch, eps);
+    mc->rms_eps = (float)eps;
+    QLT_TRY(gguf_double(g, arch, "rope.freq_base", 0, 10000.0, &mc->rope_theta));
+    if (!(mc->rope_theta > 0))
+        return qlt_fail("%s: %s.rope.freq_base must be positive (got %g)", g->path, arch, mc->rope_theta);
+    QLT_TRY(gguf_rope(mc, g, arch));
+    /* the vocabulary: the token list when there is one (llama.cpp pads it to the embedding's rows) */
+    const qlt_gguf_kv *tokens;
+    if (qlt_gguf_get_array(g, "tokenizer.ggml.tokens", QLT_GGUF_VAL_STRING, &tokens) < 0) return -1;
+    int64_t vocab = tokens ? (int64_t)tokens->count : 0;
+    char key[128];
+    snprintf(key, sizeof key, "%s.vocab_size", arch);
+    if (!tokens && qlt_gguf_get_int(g, key, 0, &vocab) < 0) return -1;
+    if (vocab <= 0 || vocab > 1000000000)
+        return qlt_fail("%s: no vocabulary size: neither tokenizer.ggml.tokens nor %s holds one", g->path, key);
+    mc->vocab = (int)vocab;
+    mc->tie_word_embeddings = qlt_gguf_find_tensor(g, "output.weight") == NULL;
+    mc->attention_bias = mc->arch == QLT_ARCH_QWEN2 || qlt_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    mc->qk_norm = mc->arch == QLT_ARCH_QWEN3;
+    return 0;
+}
+
 void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq) {
     int half = mc->head_dim / 2;
     for (int i = 0; i < half; i++) {
         /* transformers: 1 / theta ** (arange(0, dim, 2).float() / dim), computed in float32 */
         float expo = (float)(2 * i) / (float)mc->head_dim;
         double f = 1.0 / pow(mc->rope_theta, (double)expo);
+        if (mc->rope_type == QLT_ROPE_FACTORS) f /= mc->rope_factors[i]; /* llama.cpp: theta / freq_factor */
         if (mc->rope_type == QLT_ROPE_LLAMA3) {
             double low_wavelen = mc->rope_original_max_pos / mc->rope_low_freq_factor;
             double high_wavelen = mc->rope_original_max_pos / mc->rope_high_freq_factor;

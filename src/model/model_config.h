@@ -1,7 +1,8 @@
-/* model_config.h: the architecture of a Hugging Face decoder-only model, read from its config.json.
- * Supported: LlamaForCausalLM, Qwen2ForCausalLM (q/k/v bias), Qwen3ForCausalLM (q/k RMSNorm per head),
- * MistralForCausalLM. RoPE: default and llama3 scaling; rope_theta either top level or under
- * rope_parameters (transformers 5). */
+/* model_config.h: the architecture of a Hugging Face decoder-only model, read from its config.json or
+ * from a llama.cpp GGUF file's metadata. Supported: LlamaForCausalLM, Qwen2ForCausalLM (q/k/v bias),
+ * Qwen3ForCausalLM (q/k RMSNorm per head), MistralForCausalLM (GGUF: general.architecture llama, mistral,
+ * qwen2, qwen3). RoPE: default and llama3 scaling (rope_theta either top level or under rope_parameters,
+ * transformers 5), or a GGUF file's rope_freqs.weight divisors. */
 #ifndef QLT_MODEL_CONFIG_H
 #define QLT_MODEL_CONFIG_H
 
@@ -17,7 +18,10 @@ typedef enum qlt_arch {
 typedef enum qlt_rope_type {
     QLT_ROPE_DEFAULT = 0,
     QLT_ROPE_LLAMA3,
+    QLT_ROPE_FACTORS, /* default frequencies divided by rope_factors[i] (llama.cpp's rope_freqs.weight) */
 } qlt_rope_type;
+
+#define QLT_MAX_ROPE_FACTORS 256 /* head_dim / 2 for the largest head_dim (512) */
 
 typedef struct qlt_model_config {
     qlt_arch arch;
@@ -34,6 +38,8 @@ typedef struct qlt_model_config {
     qlt_rope_type rope_type;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;
+    float rope_factors[QLT_MAX_ROPE_FACTORS]; /* [head_dim / 2], QLT_ROPE_FACTORS only */
+    int context_length; /* max_position_embeddings / <arch>.context_length; informational, 0 = unknown */
     int tie_word_embeddings;
     int attention_bias; /* q/k/v have bias (Qwen2; Llama attention_bias) */
     int qk_norm;        /* Qwen3 */
@@ -44,6 +50,11 @@ typedef struct qlt_model_config {
 int qlt_model_config_load(qlt_model_config *mc, const char *dir);
 /* Parses config.json text (path used in messages). */
 int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const char *path);
+/* The architecture from a GGUF file's metadata (<arch>.block_count, .embedding_length, ...; the vocabulary
+ * size from tokenizer.ggml.tokens; tied embeddings when there is no output.weight; q/k/v bias when
+ * blk.0.attn_q.bias exists; rope_freqs.weight as QLT_ROPE_FACTORS). Errors name the file and key. */
+struct qlt_gguf;
+int qlt_model_config_from_gguf(qlt_model_config *mc, const struct qlt_gguf *g);
 /* inv_freq[i], i < head_dim/2, with the config's RoPE scaling applied (as transformers computes it). */
 void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq);
 /* The attention softmax scale as transformers forms it: head_dim ** -0.5 in Python (C pow in double),

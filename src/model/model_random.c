@@ -95,8 +95,9 @@ done:
 #define RANDOM_PREFIX "random:"
 
 char *qlt_model_dir_of(const char *path) {
-    if (strncmp(path, RANDOM_PREFIX, strlen(RANDOM_PREFIX)) != 0) return qlt_xstrdup(path);
-    const char *config = path + strlen(RANDOM_PREFIX);
+    int random = strncmp(path, RANDOM_PREFIX, strlen(RANDOM_PREFIX)) == 0;
+    if (!random && !qlt_file_exists(path)) return qlt_xstrdup(path);
+    const char *config = random ? path + strlen(RANDOM_PREFIX) : path;
     const char *slash = strrchr(config, '/');
     if (!slash) return qlt_xstrdup(".");
     if (slash == config) return qlt_xstrdup("/");
@@ -106,7 +107,7 @@ char *qlt_model_dir_of(const char *path) {
 }
 
 int qlt_model_open(qlt_model *m, qlt_backend *be, const char *path, const qlt_model_load_opts *opts, uint64_t seed) {
-    if (!path[0]) return qlt_fail("model.path is empty: set it to a Hugging Face model directory (or random:CONFIG.json)");
+    if (!path[0]) return qlt_fail("model.path is empty: set it to a Hugging Face model directory, a .gguf file or random:CONFIG.json");
     if (strncmp(path, RANDOM_PREFIX, strlen(RANDOM_PREFIX)) != 0) return qlt_model_load(m, be, path, opts);
     const char *config_path = path + strlen(RANDOM_PREFIX);
     if (!config_path[0]) return qlt_fail("model.path '%s' names no config.json: use random:path/to/config.json", path);

@@ -1,6 +1,7 @@
 /* tokenizer.c: loading a Hugging Face tokenizer.json (see tokenizer.h): model (BPE vocabulary and
  * merges, in either layout: "a b" strings or ["a", "b"] pairs; byte_fallback, unk_token, fuse_unk,
- * ignore_merges), added tokens, and eos/pad from tokenizer_config.json; the normalizer, pre-tokenizer and
+ * ignore_merges), added tokens, and eos/pad and the chat template's name from tokenizer_config.json (the
+ * file beside it, or text given to qlt_tokenizer_apply_config); the normalizer, pre-tokenizer and
  * decoder are parsed by their own modules. Everything unsupported is refused here, at load, with an
  * error that names the file and the key. */
 #include "tokenizer/tokenizer.h"
@@ -182,6 +183,30 @@ static const char *config_token(const cJSON *cfg, const char *key) {
     return get_string(v, "content");
 }
 
+/* The built-in template a chat template's text is recognisably written for: "chatml" (<|im_start|>) or
+ * "llama3" (<|start_header_id|>); NULL for anything else. A tokenizer_config.json may hold the template as
+ * a string or as a list of {"name", "template"} (the one named "default" counts). */
+static const char *recognise_chat_template(const cJSON *v) {
+    const char *text = cJSON_IsString(v) ? v->valuestring : NULL;
+    for (const cJSON *e = cJSON_IsArray(v) ? v->child : NULL; e && !text; e = e->next) {
+        const char *name = get_string(e, "name");
+        if (name && strcmp(name, "default") == 0) text = get_string(e, "template");
+    }
+    if (!text) return NULL;
+    int chatml = strstr(text, "<|im_start|>") != NULL, llama3 = strstr(text, "<|start_header_id|>") != NULL;
+    return chatml && !llama3 ? "chatml" : llama3 && !chatml ? "llama3" : NULL;
+}
+
+/* eos (when no well-known name gave one), pad and the chat template's name from a parsed
+ * tokenizer_config.json; pad falls back to eos. */
+static void apply_config(qlt_tokenizer *tok, const cJSON *cfg) {
+    const char *eos = config_token(cfg, "eos_token"), *pad = config_token(cfg, "pad_token");
+    if (tok->eos_id < 0 && eos) tok->eos_id = qlt_tokenizer_token_id(tok, eos);
+    tok->pad_id = pad ? qlt_tokenizer_token_id(tok, pad) : -1;
+    if (tok->pad_id < 0) tok->pad_id = tok->eos_id >= 0 ? tok->eos_id : 0;
+    tok->chat_template = recognise_chat_template(get(cfg, "chat_template"));
+}
+
 /* eos/pad from tokenizer_config.json beside path, when it exists. */
 static int load_config_ids(qlt_tokenizer *tok, const char *path) {
     size_t n = strlen(path);
@@ -203,9 +228,7 @@ static int load_config_ids(qlt_tokenizer *tok, const char *path) {
             free(cfg_path);
             return r;
         }
-        const char *eos = config_token(cfg, "eos_token"), *pad = config_token(cfg, "pad_token");
-        if (tok->eos_id < 0 && eos) tok->eos_id = qlt_tokenizer_token_id(tok, eos);
-        if (pad) tok->pad_id = qlt_tokenizer_token_id(tok, pad);
+        apply_config(tok, cfg);
         cJSON_Delete(cfg);
     }
     free(cfg_path);
@@ -294,6 +317,18 @@ int qlt_tokenizer_load(qlt_tokenizer **out, const char *path) {
     return 0;
 }
 
+int qlt_tokenizer_apply_config(qlt_tokenizer *tok, const char *config_json, const char *name) {
+    cJSON *cfg = cJSON_Parse(config_json);
+    if (!cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        return qlt_fail("%s: the tokenizer configuration is not a JSON object", name);
+    }
+    apply_config(tok, cfg);
+    cJSON_Delete(cfg);
+    tok->hash = qlt_hash64(config_json, strlen(config_json), tok->hash);
+    return 0;
+}
+
 void qlt_tokenizer_free(qlt_tokenizer *tok) {
     if (!tok) return;
     qlt_bpe_free(&tok->bpe);
@@ -309,6 +344,7 @@ int32_t qlt_tokenizer_n_ids(const qlt_tokenizer *tok) { return tok->bpe.n_ids; }
 int32_t qlt_tokenizer_eos_id(const qlt_tokenizer *tok) { return tok->eos_id; }
 int32_t qlt_tokenizer_pad_id(const qlt_tokenizer *tok) { return tok->pad_id; }
 uint64_t qlt_tokenizer_hash(const qlt_tokenizer *tok) { return tok->hash; }
+const char *qlt_tokenizer_chat_template(const qlt_tokenizer *tok) { return tok->chat_template; }
 
 int32_t qlt_tokenizer_token_id(const qlt_tokenizer *tok, const char *text) {
     size_t n = strlen(text);

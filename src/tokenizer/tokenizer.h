@@ -28,6 +28,10 @@ int qlt_tokenizer_load(qlt_tokenizer **out, const char *path);
 /* Builds a tokenizer from len bytes of tokenizer.json text; `name` stands for it in error messages.
  * eos is found by name (see qlt_tokenizer_eos_id), pad is eos. */
 int qlt_tokenizer_load_json(qlt_tokenizer **out, const char *json, size_t len, const char *name);
+/* Applies tokenizer_config.json text to a loaded tokenizer, as qlt_tokenizer_load does with the file
+ * beside tokenizer.json: eos_token (when no well-known name gave eos), pad_token, and the chat template's
+ * name; the text joins the tokenizer's hash. For tokenizers built in memory (a GGUF file's). */
+int qlt_tokenizer_apply_config(qlt_tokenizer *tok, const char *config_json, const char *name);
 void qlt_tokenizer_free(qlt_tokenizer *tok);
 
 /* Number of ids (max id + 1, added tokens included). */
@@ -40,8 +44,11 @@ int32_t qlt_tokenizer_token_id(const qlt_tokenizer *tok, const char *text);
 int32_t qlt_tokenizer_eos_id(const qlt_tokenizer *tok);
 /* Padding: tokenizer_config.json's pad_token, else the eos id (0 when neither). */
 int32_t qlt_tokenizer_pad_id(const qlt_tokenizer *tok);
-/* 64-bit hash of the tokenizer.json bytes (dataset cache key). */
+/* 64-bit hash of the tokenizer.json bytes (and of text given to qlt_tokenizer_apply_config): the dataset
+ * cache key. */
 uint64_t qlt_tokenizer_hash(const qlt_tokenizer *tok);
+/* "chatml" or "llama3" when tokenizer_config.json's chat_template is recognisably one of them, else NULL. */
+const char *qlt_tokenizer_chat_template(const qlt_tokenizer *tok);
 
 /* Per-thread encoding state. */
 qlt_encoder *qlt_encoder_new(const qlt_tokenizer *tok);

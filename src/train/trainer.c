@@ -14,6 +14,8 @@
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "common/rng.h"
+#include "formats/gguf.h"
+#include "formats/gguf_tokenizer.h"
 #include "model/forward.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
@@ -83,21 +85,27 @@ static int load_datasets(qlt_trainer *t, qlt_trainer_mode mode) {
     char *cache = cfg->data.cache ? qlt_path_join(cfg->output.dir, "cache") : NULL;
     char *model_dir = qlt_model_dir_of(cfg->model.path);
     int rc = 0;
-    if (cache) rc = qlt_mkdirs(cache);
+    qlt_tokenizer *model_tok = NULL; /* a GGUF model's own tokenizer, when data.tokenizer does not name one */
+    if (cfg->data.format != QLT_DATA_FORMAT_TOKENS && !(cfg->data.tokenizer && cfg->data.tokenizer[0]) &&
+        qlt_gguf_is_gguf(cfg->model.path) && qlt_gguf_tokenizer_load_file(&model_tok, cfg->model.path) != 0)
+        rc = qlt_fail_context("the tokenizer of model.path (set data.tokenizer to use another)");
+    if (rc == 0 && cache) rc = qlt_mkdirs(cache);
     if (rc == 0 && mode == QLT_TRAINER_TRAIN) {
         if (cfg->data.train.count == 0)
             rc = qlt_fail("data.train is empty: name at least one .jsonl file (--set data.train=path.jsonl)");
         else
-            rc = qlt_dataset_build(&t->train, cfg, &cfg->data.train, model_dir, cache);
+            rc = qlt_dataset_build_with(&t->train, cfg, &cfg->data.train, model_dir, model_tok, cache);
         if (rc == 0 && cfg->data.eval.count == 0 && cfg->data.eval_split > 0)
             rc = qlt_dataset_split(&t->train, &t->eval, cfg->data.eval_split, cfg->train.seed);
     }
     if (rc == 0 && cfg->data.eval.count > 0)
-        rc = qlt_dataset_build(&t->eval, cfg, &cfg->data.eval, model_dir, cache);
+        rc = qlt_dataset_build_with(&t->eval, cfg, &cfg->data.eval, model_dir, model_tok, cache);
     if (rc == 0 && mode == QLT_TRAINER_EVAL && t->eval.n_rows == 0) {
-        if (cfg->data.train.count > 0) rc = qlt_dataset_build(&t->eval, cfg, &cfg->data.train, model_dir, cache);
+        if (cfg->data.train.count > 0)
+            rc = qlt_dataset_build_with(&t->eval, cfg, &cfg->data.train, model_dir, model_tok, cache);
         else rc = qlt_fail("nothing to evaluate: set data.eval (or data.train) to a .jsonl file");
     }
+    qlt_tokenizer_free(model_tok);
     free(cache);
     free(model_dir);
     const char *eval_name = cfg->data.eval.count > 0 ? "data.eval" : "data.train";
@@ -203,7 +211,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     t->grad_accum = mode == QLT_TRAINER_TRAIN ? cfg->train.grad_accum : 1;
     t->seq = cfg->data.seq_len;
     if (!cfg->model.path || !cfg->model.path[0])
-        return qlt_fail("model.path is empty: set it to a Hugging Face model directory (or random:CONFIG.json), "
+        return qlt_fail("model.path is empty: set it to a Hugging Face model directory, a .gguf file or random:CONFIG.json, "
                         "e.g. --set model.path=/models/Qwen2.5-7B");
     t->be = qlt_device_backend_create(cfg->train.device, cfg->train.threads, cfg->train.cpu_reference);
     if (!t->be) return -1;
