@@ -18,7 +18,9 @@ rm -rf carry
 mkdir -p carry/bin carry/models
 cp build/qlora-train build/qlt_gpu_check carry/bin/
 libdir=$(dirname "$(ldconfig -p | awk '/libcjson.so.1 / {print $NF; exit}')")
-for lib in libcjson.so.1 libyaml-0.so.2 libpcre2-8.so.0 libutf8proc.so.2 libz.so.1 libgomp.so.1; do
+# (OpenBLAS, the CPU backend's products, with the Fortran runtime it links)
+for lib in libcjson.so.1 libyaml-0.so.2 libpcre2-8.so.0 libutf8proc.so.2 libz.so.1 libgomp.so.1 libopenblas.so.0 \
+           libgfortran.so.5 libquadmath.so.0; do
   cp -L "$libdir/$lib" carry/bin/
 done
 # the kernel tracer (scripts/trace-step.sh) when CUPTI's headers are here; it runs with the GPU machine's CUPTI

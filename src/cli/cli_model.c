@@ -22,7 +22,7 @@ int qlt_cli_model_open(qlt_cli_model *cm, const qlt_config *cfg, const char *ada
     unsigned targets = 0;
     if (adapter && adapter[0] && qlt_lora_read_peft_config(adapter, &r, &alpha, &targets, &rslora, &dropout) != 0)
         goto fail;
-    cm->be = qlt_device_backend_create(cfg->train.device, cfg->train.threads);
+    cm->be = qlt_device_backend_create(cfg->train.device, cfg->train.threads, cfg->train.cpu_reference);
     if (!cm->be) goto fail;
     {   /* train.dequant_cache_gib (a huge value: no limit) */
         double bytes = (double)cfg->train.dequant_cache_gib * 1073741824.0;

@@ -18,13 +18,14 @@
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "common/rng.h"
+#include "cpu/backend_cpu.h"
 #include "train/trainer.h"
 
 typedef struct bench_opts {
     const char *model;
-    int micro_batch, seq, steps, warmup, r;
+    int micro_batch, seq, steps, warmup, r, threads;
     const char *quant, *device, *backward_a, *grad_checkpoint, *attention, *dequant_cache;
-    int cuda_graph, deterministic, json;
+    int cuda_graph, deterministic, json, cpu_reference;
     int decode, prompt_len; /* --decode N: the generation benchmark instead (bench_decode.c) */
 } bench_opts;
 
@@ -32,12 +33,16 @@ static void usage(void) {
     printf("usage: qlora-train bench --model CONFIG.json [--micro-batch 4] [--seq 2048] [--steps 10] [--warmup 3]\n"
            "                         [--r 16] [--quant nf4|none] [--device auto|cpu|cuda] [--backward-a bf16|fp16|fp32]\n"
            "                         [--grad-checkpoint none|layer|auto] [--attention auto|own|cudnn] [--cuda-graph]\n"
-           "                         [--deterministic] [--dequant-cache GIB] [--json]\n"
+           "                         [--deterministic] [--dequant-cache GIB] [--threads N] [--cpu-reference]\n"
+           "                         [--json]\n"
            "       qlora-train bench --model CONFIG.json --decode N [--prompt-len 128] [--quant nf4|none] [--device ...]\n\n"
            "Trains LoRA (all seven projections, alpha = 2r) on a random-weight model of CONFIG.json with random\n"
            "tokens; prints tokens/s (median step), peak memory, MFU (4 x linear params x tokens/s over the measured\n"
-           "bf16 GEMM peak) and where the time goes. --dequant-cache: train.dequant_cache_gib (GiB that keep the NF4\n"
-           "weights dequantized between steps; 0 = off, the default).\n"
+           "GEMM peak: bf16 on a GPU, OpenBLAS's sgemm on the CPU) and where the time goes; on the CPU also the\n"
+           "frozen-weight GEMMs' rate (NF4 dequantization included) against OpenBLAS's sgemm alone on the same\n"
+           "shapes. --dequant-cache: train.dequant_cache_gib (GiB that keep the NF4 weights dequantized between\n"
+           "steps; 0 = off, the default). --threads: train.threads (CPU; 0 = all cores, the default).\n"
+           "--cpu-reference: train.cpu_reference (the CPU's double-summing reference ops).\n"
            "--decode N: generation instead: a random prompt of --prompt-len tokens, then N tokens one a step (greedy,\n"
            "KV cache, as `generate`); prints tokens/s and the bandwidth a step reaches against the device's copy\n"
            "bandwidth.\n");
@@ -52,6 +57,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         if (strcmp(a, "--cuda-graph") == 0) { o->cuda_graph = 1; continue; }
         if (strcmp(a, "--json") == 0) { o->json = 1; continue; }
         if (strcmp(a, "--deterministic") == 0) { o->deterministic = 1; continue; }
+        if (strcmp(a, "--cpu-reference") == 0) { o->cpu_reference = 1; continue; }
         if (!v) return qlt_fail("%s needs a value (see qlora-train bench --help)", a);
         i++;
         if (strcmp(a, "--model") == 0) o->model = v;
@@ -60,6 +66,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         else if (strcmp(a, "--steps") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 24, &o->steps));
         else if (strcmp(a, "--warmup") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 24, &o->warmup));
         else if (strcmp(a, "--r") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 1, 1 << 24, &o->r));
+        else if (strcmp(a, "--threads") == 0) QLT_TRY(qlt_cli_parse_int(a, v, 0, 4096, &o->threads));
         else if (strcmp(a, "--quant") == 0) o->quant = v;
         else if (strcmp(a, "--device") == 0) o->device = v;
         else if (strcmp(a, "--backward-a") == 0) o->backward_a = v;
@@ -130,6 +137,8 @@ static int run_bench(const bench_opts *o, const char *tmp) {
              set_fmt(&cfg, "train.deterministic=%s", o->deterministic ? "true" : "false") ||
              set_fmt(&cfg, "train.attention=%s", o->attention) ||
              set_fmt(&cfg, "train.dequant_cache_gib=%s", o->dequant_cache) ||
+             set_fmt(&cfg, "train.threads=%d", o->threads) ||
+             set_fmt(&cfg, "train.cpu_reference=%s", o->cpu_reference ? "true" : "false") ||
              set_fmt(&cfg, "output.dir=%s", tmp) || qlt_config_validate(&cfg)
                  ? -1
                  : 0;
@@ -168,8 +177,13 @@ static int run_bench(const bench_opts *o, const char *tmp) {
         last_loss = m.loss;
     }
     if (be->clock_monitor) be->clock_monitor(be, 0, &clocks); /* before the GEMM-peak measurement below */
+    /* CPU: the frozen-weight products against OpenBLAS's sgemm alone on the same shapes (read before
+     * profile_on(0), which forgets them) */
+    qlt_cpu_gemm_report gemm = {0};
+    const bool cpu = strcmp(be->name, "cpu") == 0;
     if (rc == 0 && profile) {
         be->profile_read(be, phase_ms);
+        if (cpu) rc = qlt_backend_cpu_gemm_report(be, &gemm);
         be->profile_on(be, 0);
     }
     if (rc == 0) {
@@ -184,6 +198,10 @@ static int run_bench(const bench_opts *o, const char *tmp) {
         double mfu = peak_tflops > 0 ? 4.0 * linear * tokens_per_s / (peak_tflops * 1e12) : 0;
         double total_ms = 0;
         for (int p = 0; p < QLT_PHASE_COUNT; p++) total_ms += phase_ms[p];
+        /* the linear ops' share of the time: their GEMMs, forward and backward, and the NF4 dequantization */
+        const double linear_ms = phase_ms[QLT_PHASE_FWD_GEMM] + phase_ms[QLT_PHASE_BWD_GEMM] + phase_ms[QLT_PHASE_DEQUANT];
+        const double linear_gflops = linear_ms > 0 ? gemm.flops / (linear_ms * 1e-3) / 1e9 : 0;
+        const double sgemm_gflops = gemm.sgemm_ms > 0 ? gemm.flops / (gemm.sgemm_ms * 1e-3) / 1e9 : 0;
         /* energy from the GPU's counter over the measured steps (0 where there is none) */
         const bool metered = clocks.energy_j > 0;
         const double joules_step = clocks.energy_j / o->steps, mj_token = 1e3 * joules_step / tokens_per_step;
@@ -196,6 +214,9 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                    peak_tflops, load_s, first_step_s, last_loss);
             printf(", \"attention\": \"%s\", \"dequant_cache_gib\": %g, \"dequant_cache_held_gib\": %.3f", attention,
                    cfg.train.dequant_cache_gib, held_gib);
+            if (gemm.calls)
+                printf(", \"threads\": %d, \"cpu_reference\": %s, \"linear_gflops\": %.1f, \"sgemm_same_shapes_gflops\": %.1f",
+                       gemm.threads, o->cpu_reference ? "true" : "false", linear_gflops, sgemm_gflops);
             if (metered)
                 printf(", \"joules_per_step\": %.2f, \"millijoules_per_token\": %.3f, \"power_w_energy\": %.1f",
                        joules_step, mj_token, watts);
@@ -209,8 +230,9 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                     printf(", \"ms_%s\": %.3f", qlt_phase_name(p), phase_ms[p] / o->steps);
             printf("}\n");
         } else {
-            printf("model %s (%s, %.2fB linear params), %s backend, %s base, micro_batch %d x seq %d, LoRA r %d\n",
-                   o->model, mc.arch_name, linear / 1e9, be->name, o->quant, o->micro_batch, o->seq, o->r);
+            printf("model %s (%s, %.2fB linear params), %s backend%s, %s base, micro_batch %d x seq %d, LoRA r %d\n",
+                   o->model, mc.arch_name, linear / 1e9, be->name, cpu && o->cpu_reference ? " (reference ops)" : "",
+                   o->quant, o->micro_batch, o->seq, o->r);
             printf("load (random init%s): %.2f s, first step %.3f s; attention: %s",
                    strcmp(o->quant, "nf4") == 0 ? " + NF4" : "", load_s, first_step_s, attention);
             if (cfg.train.dequant_cache_gib > 0)
@@ -218,8 +240,14 @@ static int run_bench(const bench_opts *o, const char *tmp) {
             printf("\n");
             printf("tokens/s %.0f   step %.1f ms (median of %d)   peak memory %.2f GiB", tokens_per_s, median * 1e3,
                    o->steps, peak_gib);
-            if (peak_tflops > 0) printf("   MFU %.1f%% of %.0f TFLOP/s", 100 * mfu, peak_tflops);
+            if (peak_tflops > 0 && !cpu) printf("   MFU %.1f%% of %.0f TFLOP/s", 100 * mfu, peak_tflops);
+            if (peak_tflops > 0 && cpu) printf("   MFU %.1f%% of %.0f GFLOP/s", 100 * mfu, 1e3 * peak_tflops);
             printf("\n");
+            if (gemm.calls)
+                printf("frozen-weight GEMMs (%lld a step, %d shapes; NF4 dequantization included): %.1f GFLOP/s on %d "
+                       "threads; OpenBLAS sgemm alone on the same shapes: %.1f GFLOP/s (%.0f%%)\n",
+                       (long long)(gemm.calls / o->steps), gemm.shapes, linear_gflops, gemm.threads, sgemm_gflops,
+                       sgemm_gflops > 0 ? 100 * linear_gflops / sgemm_gflops : 0);
             /* power from the energy counter where there is one: NVML's power readings are averaged over about a
              * second and lag a run this short */
             if (clocks.samples)

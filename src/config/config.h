@@ -141,6 +141,7 @@ typedef struct qlt_config {
         int eval_at_start;   /* 1: a fresh run with eval data also evaluates before step 1 */
         int log_every;       /* 1 */
         int threads;         /* 0 = all cores, for the CPU path */
+        int cpu_reference;   /* 0: the CPU backend's fast ops; 1: its reference ops (double sums) */
     } train;
     struct {
         char *dir;           /* "runs/demo" */

@@ -182,6 +182,9 @@ static const qlt_cfg_entry schema[] = {
             "print metrics to stderr every N steps (metrics.jsonl gets every step)"),
     INT_KEY("train.threads", train.threads, "0", "[0, inf)", "num_threads|cpu_threads",
             "threads for the CPU path (0 = all cores)"),
+    BOOL_KEY("train.cpu_reference", train.cpu_reference, "false", "cpu_reference_ops",
+             "CPU path: the reference ops (sums in double, scalar; what the float64 golden tests check, several "
+             "times slower) instead of the default float32 ops through OpenBLAS"),
 
     STRING_KEY("output.dir", output.dir, "runs/demo", "output_dir|out_dir",
                "run directory: the effective config, logs, checkpoints and the final adapter"),

@@ -1,7 +1,9 @@
 /* cpu_ops.h: the float32 reference implementation of every op, plain C (OpenMP across rows where it
- * is free to add), readable, no intrinsics. These are the oracle for the CUDA kernels: the GPU checks
- * call them directly on the same inputs. Shapes are in the comments; all buffers are float32 host
- * memory; matrices are row-major. Semantics are those of the matching qlt_backend op (backend.h). */
+ * is free to add), readable, no intrinsics: the CPU backend's reference mode (train.cpu_reference), what the
+ * float64 goldens check, and the oracle for the CUDA kernels: the GPU checks call them directly on the same
+ * inputs. The default mode's faster ops are in cpu_fast.h. Shapes are in the comments; all buffers are
+ * float32 host memory; matrices are row-major. Semantics are those of the matching qlt_backend op
+ * (backend.h). */
 #ifndef QLT_CPU_OPS_H
 #define QLT_CPU_OPS_H
 
@@ -42,6 +44,8 @@ void qlt_cpu_lora_fwd(const qlt_lora_site *sites, int k, float *u, const float *
                       float scale);
 void qlt_cpu_lora_bwd(const qlt_lora_site *sites, int k, float *du, const float *u, const float *x, float *dx,
                       float dx_beta, int64_t n, int64_t in, int r, float scale);
+/* out = a + b over count elements (out may alias a or b); exact, so both modes use it. */
+void qlt_cpu_add(float *out, const float *a, const float *b, int64_t count);
 /* Dropout with the keep-mask of common/counter_hash.h (qlt_dropout_keep, qlt_dropout_seed). */
 void qlt_cpu_dropout(float *out, const float *x, int64_t count, float p, uint64_t seed);
 /* Fused lm_head + cross-entropy; w [V, D]; scratch double [n*V + n] (logit rows, then per-token losses);

@@ -1,10 +1,12 @@
-/* cross_entropy.c: fused lm_head + cross-entropy reference: per token, logits = x . W^T, loss =
+/* cross_entropy.c: fused lm_head + cross-entropy: per token, logits = x . W^T, loss =
  * logsumexp(logits) - logits[target], and (training) dx = grad_scale * (softmax - onehot) . W.
- * Logits stay in double: rounding them to float32 was the largest error of the whole CPU gradient
- * (8x the rest), and Adam amplifies errors of near-zero gradient elements (|g| ~ eps) into the weights. */
+ * The reference keeps logits in double: rounding them to float32 was the largest error of the whole CPU
+ * gradient (8x the rest), and Adam amplifies errors of near-zero gradient elements (|g| ~ eps) into the
+ * weights. The default mode's (below) computes them in float32 through OpenBLAS, a chunk of tokens at once. */
 #include <math.h>
 #include <string.h>
 
+#include "cpu/cpu_fast.h"
 #include "cpu/cpu_ops.h"
 
 double qlt_cpu_lm_head_loss(float *dx, float *scratch, const float *x, const float *w, const int32_t *targets,
@@ -45,6 +47,67 @@ double qlt_cpu_lm_head_loss(float *dx, float *scratch, const float *x, const flo
             }
             for (int64_t j = 0; j < jn; j++) dxr[j0 + j] = (float)(grad_scale * acc[j]);
         }
+    }
+    double total = 0; /* a fixed summation order keeps runs (and resumes) bit-identical */
+    for (int64_t t = 0; t < n; t++) total += token_loss[t];
+    return total;
+}
+
+/* ---- the default mode: logits of a chunk of tokens in float32 through OpenBLAS ---- */
+
+size_t qlt_cpu_lm_head_loss_fast_scratch(int64_t n, int64_t vocab) {
+    int64_t rows = n < QLT_CPU_LOSS_CHUNK_FAST ? n : QLT_CPU_LOSS_CHUNK_FAST;
+    return sizeof(double) * (size_t)n + sizeof(float) * (size_t)(rows * vocab);
+}
+
+/* One row: its loss (lse - logit[target]); when grad, the row becomes grad_scale * (softmax - onehot). */
+QLT_CPU_VECTOR
+static double loss_row(float *logits, int64_t vocab, int32_t target, int grad, float grad_scale) {
+    const float target_logit = logits[target];
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t v = 0; v < vocab; v++) mx = logits[v] > mx ? logits[v] : mx;
+    double sum = 0;
+    if (grad) {
+#pragma omp simd reduction(+ : sum)
+        for (int64_t v = 0; v < vocab; v++) {
+            float e = qlt_cpu_expf(logits[v] - mx);
+            sum += e;
+            logits[v] = e;
+        }
+    } else {
+#pragma omp simd reduction(+ : sum)
+        for (int64_t v = 0; v < vocab; v++) sum += qlt_cpu_expf(logits[v] - mx);
+    }
+    const double lse = (double)mx + log(sum);
+    if (grad) {
+        const float k = (float)(grad_scale / sum);
+#pragma omp simd
+        for (int64_t v = 0; v < vocab; v++) logits[v] *= k;
+        logits[target] -= grad_scale;
+    }
+    return lse - target_logit;
+}
+
+double qlt_cpu_lm_head_loss_fast(float *dx, void *scratch, const float *x, const float *w, const int32_t *targets,
+                                 int64_t n, int64_t d, int64_t vocab, float grad_scale) {
+    double *token_loss = scratch;                                /* [n], summed in order below */
+    float *logits = (float *)(void *)((double *)scratch + n);   /* [chunk, vocab] */
+    for (int64_t t0 = 0; t0 < n; t0 += QLT_CPU_LOSS_CHUNK_FAST) {
+        const int64_t m = n - t0 < QLT_CPU_LOSS_CHUNK_FAST ? n - t0 : QLT_CPU_LOSS_CHUNK_FAST;
+        qlt_cpu_sgemm(0, 1, m, vocab, d, 1.0f, x + t0 * d, d, w, d, 0.0f, logits, vocab);
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < m; i++) {
+            float *row = logits + i * vocab;
+            const int32_t target = targets[t0 + i];
+            if (target < 0) { /* no loss, a zero gradient row */
+                token_loss[t0 + i] = 0;
+                if (dx) memset(row, 0, sizeof(float) * (size_t)vocab);
+                continue;
+            }
+            token_loss[t0 + i] = loss_row(row, vocab, target, dx != NULL, grad_scale);
+        }
+        if (dx) qlt_cpu_sgemm(0, 0, m, d, vocab, 1.0f, logits, vocab, w, d, 0.0f, dx + t0 * d, d);
     }
     double total = 0; /* a fixed summation order keeps runs (and resumes) bit-identical */
     for (int64_t t = 0; t < n; t++) total += token_loss[t];

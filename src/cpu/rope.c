@@ -1,8 +1,11 @@
-/* rope.c: rotary position embedding reference (Hugging Face rotate-half layout: element i pairs with
- * i + head_dim/2). The angle pos * inv_freq is formed in float32 as transformers does; cos/sin are then
- * evaluated in double. inverse = 1 rotates back (the backward of a rotation is its transpose). */
+/* rope.c: rotary position embedding, reference and default mode (Hugging Face rotate-half layout: element i
+ * pairs with i + head_dim/2). The angle pos * inv_freq is formed in float32 as transformers does; the
+ * reference then evaluates cos/sin in double. inverse = 1 rotates back (the backward of a rotation is its
+ * transpose). */
 #include <math.h>
 
+#include "common/error.h"
+#include "cpu/cpu_fast.h"
 #include "cpu/cpu_ops.h"
 
 void qlt_cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim,
@@ -19,6 +22,35 @@ void qlt_cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int64_t n
                 double a = xh[i], b = xh[i + half];
                 xh[i] = (float)(a * c - b * s);
                 xh[i + half] = (float)(b * c + a * s);
+            }
+        }
+    }
+}
+
+#define QLT_CPU_ROPE_MAX_HALF 512
+
+/* The default mode's: cos / sin in float32 of the same float32 angle, the rotation in float32, tokens
+ * across threads. */
+QLT_CPU_VECTOR
+void qlt_cpu_rope_fast(float *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim,
+                       int inverse) {
+    int half = head_dim / 2;
+    QLT_ASSERT(half <= QLT_CPU_ROPE_MAX_HALF);
+#pragma omp parallel for schedule(static) if (n * heads * head_dim > 65536)
+    for (int64_t t = 0; t < n; t++) {
+        float cs[QLT_CPU_ROPE_MAX_HALF], sn[QLT_CPU_ROPE_MAX_HALF]; /* this token's cos, sin [half] */
+        for (int i = 0; i < half; i++) {
+            float angle = (float)pos[t] * inv_freq[i];
+            cs[i] = cosf(angle);
+            sn[i] = inverse ? -sinf(angle) : sinf(angle);
+        }
+        for (int h = 0; h < heads; h++) {
+            float *a = x + (t * heads + h) * head_dim, *b = a + half;
+#pragma omp simd
+            for (int i = 0; i < half; i++) {
+                float ai = a[i], bi = b[i];
+                a[i] = ai * cs[i] - bi * sn[i];
+                b[i] = bi * cs[i] + ai * sn[i];
             }
         }
     }

@@ -9,8 +9,8 @@
 #include "cuda/backend_cuda.h"
 #endif
 
-qlt_backend *qlt_device_backend_create(qlt_device device, int threads) {
-    if (device == QLT_DEVICE_CPU) return qlt_backend_cpu_create(threads);
+qlt_backend *qlt_device_backend_create(qlt_device device, int threads, int cpu_reference) {
+    if (device == QLT_DEVICE_CPU) return qlt_backend_cpu_create(threads, cpu_reference);
     if (device == QLT_DEVICE_CUDA) {
 #ifdef QLT_HAVE_CUDA
         return qlt_backend_cuda_create(0);
@@ -28,7 +28,7 @@ qlt_backend *qlt_device_backend_create(qlt_device device, int threads) {
 #else
         fprintf(stderr, "qlora-train: built without CUDA: running on the CPU\n");
 #endif
-        return qlt_backend_cpu_create(threads);
+        return qlt_backend_cpu_create(threads, cpu_reference);
     }
     qlt_fail("train.device = %d: not one of auto, cpu, cuda (e.g. --set train.device=auto)", (int)device);
     return NULL;

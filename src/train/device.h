@@ -7,7 +7,8 @@
 #include "config/config.h"
 
 /* train.device -> a backend, or NULL with qlt_fail; auto prefers CUDA and says on stderr, in one line, when
- * no GPU was found and the CPU is used. threads: the CPU backend's (0: all cores). */
-qlt_backend *qlt_device_backend_create(qlt_device device, int threads);
+ * no GPU was found and the CPU is used. threads: the CPU backend's (0: all cores); cpu_reference: the CPU
+ * backend's reference ops (train.cpu_reference). */
+qlt_backend *qlt_device_backend_create(qlt_device device, int threads, int cpu_reference);
 
 #endif

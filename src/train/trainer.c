@@ -232,7 +232,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     if (!cfg->model.path || !cfg->model.path[0])
         return qlt_fail("model.path is empty: set it to a Hugging Face model directory, a .gguf file or random:CONFIG.json, "
                         "e.g. --set model.path=/models/Qwen2.5-7B");
-    t->be = qlt_device_backend_create(cfg->train.device, cfg->train.threads);
+    t->be = qlt_device_backend_create(cfg->train.device, cfg->train.threads, cfg->train.cpu_reference);
     if (!t->be) return -1;
     if (strcmp(t->be->name, "cuda") == 0) {
         if (cfg->train.backward_a == QLT_BACKWARD_PRECISION_FP16) t->be->backward_a = QLT_BACKWARD_A_FP16;

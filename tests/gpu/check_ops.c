@@ -144,7 +144,7 @@ static int weight(qlt_weight *w, const float *h, int64_t rows, int64_t cols) {
 /* w [rows, cols] (host floats) replaced by its NF4 round trip (blocksize 64, double quant) on the CPU: what
  * the GPU multiplies after dequantizing the same bytes, so a reference computed from it isolates the op */
 static int nf4_reference(float *w, int64_t rows, int64_t cols) {
-    qlt_backend *cpu = qlt_backend_cpu_create(1);
+    qlt_backend *cpu = qlt_backend_cpu_create(1, 1);
     qlt_weight cw;
     int rc = cpu->weight_create(cpu, &cw, w, QLT_DTYPE_F32, rows, cols, 64, 1);
     if (rc == 0) {
@@ -570,7 +570,7 @@ void check_generation(void) {
             return;
         }
         /* the reference multiplies the same NF4 bytes dequantized on the CPU */
-        qlt_backend *cpu = qlt_backend_cpu_create(1);
+        qlt_backend *cpu = qlt_backend_cpu_create(1, 1);
         qlt_weight cw;
         if (cpu->weight_create(cpu, &cw, w, QLT_DTYPE_F32, rows, cols, bs, dq) != 0) {
             gpu_check_fail("weight_create cpu", qlt_error());

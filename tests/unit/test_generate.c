@@ -28,7 +28,7 @@ typedef struct gen_model {
 
 static void gen_model_open(gen_model *g, const char *name, int nf4) {
     memset(g, 0, sizeof *g);
-    g->be = qlt_backend_cpu_create(0);
+    g->be = qlt_backend_cpu_create(0, 1);
     char *dir = test_fixture_path(name, NULL), *adir = test_fixture_path(name, "adapter-init");
     qlt_model_load_opts opts = {.nf4 = nf4, .nf4_blocksize = 64, .double_quant = 1};
     cr_assert_eq(qlt_model_load(&g->model, g->be, dir, &opts), 0, "%s", qlt_error());

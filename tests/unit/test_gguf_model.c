@@ -125,7 +125,7 @@ Test(gguf_model, logits_equal_safetensors_model) {
     const qlt_model_load_opts variants[2] = {{0}, {.nf4 = 1, .nf4_blocksize = 64, .double_quant = 1}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         for (int v = 0; v < 2; v++) {
-            qlt_backend *be = qlt_backend_cpu_create(0);
+            qlt_backend *be = qlt_backend_cpu_create(0, 1);
             char *dir = fixture_dir_with(pairs[i].fixture, pairs[i].weights), *path = gguf_fixture(pairs[i].gguf);
             qlt_model hf, gg;
             cr_assert_eq(qlt_model_load(&hf, be, dir, &variants[v]), 0, "%s", qlt_error());
@@ -152,7 +152,7 @@ Test(gguf_model, logits_equal_safetensors_model) {
 /* Q4_1 weights (Q8_0 embeddings, Q5_1 lm_head): every layer's q and k weights and the embedding equal
  * gguf-py's dequantization (with llama.cpp's permutation undone for q and k), bit for bit. */
 Test(gguf_model, quantized_file_dequantizes_as_gguf_py) {
-    qlt_backend *be = qlt_backend_cpu_create(0);
+    qlt_backend *be = qlt_backend_cpu_create(0, 1);
     char *path = gguf_fixture("tiny-llama.q4_1.gguf"), *exp_path = gguf_fixture("tiny-llama.q4_1.expected.safetensors");
     qlt_model m;
     cr_assert_eq(qlt_model_load(&m, be, path, NULL), 0, "%s", qlt_error());
@@ -204,7 +204,7 @@ static char *patched_copy(const char *fixture, const char *from, const char *to,
 }
 
 static void expect_load_error(const char *path, const char *needle) {
-    qlt_backend *be = qlt_backend_cpu_create(0);
+    qlt_backend *be = qlt_backend_cpu_create(0, 1);
     qlt_model m;
     cr_expect_eq(qlt_model_load(&m, be, path, NULL), -1, "loading %s should fail", path);
     cr_expect(strstr(qlt_error(), path) != NULL, "error names the file: %s", qlt_error());

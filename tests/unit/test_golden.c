@@ -1,7 +1,8 @@
-/* test_golden.c: the CPU reference against Hugging Face transformers + PEFT (float64 goldens) on the
- * three tiny fixtures: logits and loss without and with the initial adapter (F32 and BF16 weights),
- * and every LoRA gradient after one backward; with LoRA dropout (no golden for it), the gradients
- * against central differences of the loss the forward computes. */
+/* test_golden.c: the CPU backend, in both modes (the reference ops and the default float32 / OpenBLAS ones),
+ * against Hugging Face transformers + PEFT (float64 goldens) on the three tiny fixtures, at the same
+ * tolerances for both: logits and loss without and with the initial adapter (F32 and BF16 weights), and every
+ * LoRA gradient after one backward; with LoRA dropout (no golden for it), the gradients against central
+ * differences of the loss the forward computes. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -22,7 +23,8 @@
 typedef struct golden_case {
     char model[32];
     char weights[32];
-    double tol; /* max |err| / max |ref| */
+    double tol;    /* max |err| / max |ref| */
+    int reference; /* 1: the CPU backend's reference mode (train.cpu_reference); 0: its default mode */
 } golden_case;
 
 typedef struct golden_run {
@@ -37,12 +39,15 @@ typedef struct golden_run {
     void *scratch;
     int64_t count;
     int batch, seq;
+    const char *mode; /* "reference mode: " or "default mode: ", for the messages */
 } golden_run;
 
-/* Loads model (+ adapter-init when with_lora) and the golden batch. weights = model file name. */
-static void golden_setup(golden_run *r, const char *name, const char *weights, int with_lora) {
+/* Loads model (+ adapter-init when with_lora) and the golden batch on a CPU backend of the given mode.
+ * weights = model file name. */
+static void golden_setup(golden_run *r, const char *name, const char *weights, int with_lora, int reference) {
     memset(r, 0, sizeof *r);
-    r->be = qlt_backend_cpu_create(0);
+    r->be = qlt_backend_cpu_create(0, reference);
+    r->mode = reference ? "reference mode: " : "default mode: ";
     char *dir = test_fixture_path(name, NULL);
     /* model.bf16.safetensors lives beside model.safetensors: load via a temp dir holding a link */
     char *load_dir = dir;
@@ -124,7 +129,7 @@ static void check_logits(golden_run *r, int hf, const char *golden_name, double 
     float *logits = malloc(sizeof(float) * (size_t)numel);
     r->be->logits(r->be, logits, r->g.values[hf].data, &r->model.lm_head, n);
     double err = test_rel_err(logits, ref, numel); if (getenv("QLT_TEST_VERBOSE")) fprintf(stderr, "%s %s err %.3g\n", r->model.cfg.arch_name, golden_name, err);
-    cr_expect(err <= tol, "%s: max rel err %.3g > %.1g", golden_name, err, tol);
+    cr_expect(err <= tol, "%s%s: max rel err %.3g > %.1g", r->mode, golden_name, err, tol);
     free(logits);
     free(ref);
 }
@@ -133,16 +138,25 @@ static void check_loss(golden_run *r, const char *golden_name, int index, double
     float *ref = test_read_f32(&r->golden, golden_name, NULL);
     double loss = r->scalars->loss_sum / (double)r->count;
     double err = fabs(loss - ref[index]) / fabs(ref[index]);
-    cr_expect(err <= tol, "%s[%d]: loss %.8f vs golden %.8f (rel %.3g > %.1g)", golden_name, index, loss, ref[index],
-              err, tol);
+    cr_expect(err <= tol, "%s%s[%d]: loss %.8f vs golden %.8f (rel %.3g > %.1g)", r->mode, golden_name, index, loss,
+              ref[index], err, tol);
     free(ref);
 }
 
 ParameterizedTestParameters(golden, forward) {
     static golden_case cases[] = {
-        {"tiny-qwen2", "model.safetensors", 1e-5},      {"tiny-llama", "model.safetensors", 1e-5},
-        {"tiny-qwen3", "model.safetensors", 1e-5},      {"tiny-qwen2", "model.bf16.safetensors", 2e-2},
-        {"tiny-llama", "model.bf16.safetensors", 2e-2}, {"tiny-qwen3", "model.bf16.safetensors", 2e-2},
+        {"tiny-qwen2", "model.safetensors", 1e-5, 1},
+        {"tiny-qwen2", "model.safetensors", 1e-5, 0},
+        {"tiny-llama", "model.safetensors", 1e-5, 1},
+        {"tiny-llama", "model.safetensors", 1e-5, 0},
+        {"tiny-qwen3", "model.safetensors", 1e-5, 1},
+        {"tiny-qwen3", "model.safetensors", 1e-5, 0},
+        {"tiny-qwen2", "model.bf16.safetensors", 2e-2, 1},
+        {"tiny-qwen2", "model.bf16.safetensors", 2e-2, 0},
+        {"tiny-llama", "model.bf16.safetensors", 2e-2, 1},
+        {"tiny-llama", "model.bf16.safetensors", 2e-2, 0},
+        {"tiny-qwen3", "model.bf16.safetensors", 2e-2, 1},
+        {"tiny-qwen3", "model.bf16.safetensors", 2e-2, 0},
     };
     return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -151,13 +165,13 @@ ParameterizedTestParameters(golden, forward) {
  * to bf16 (relative 2^-9 per weight, a few 1e-3 on logits). */
 ParameterizedTest(golden_case *c, golden, forward) {
     golden_run r;
-    golden_setup(&r, c->model, c->weights, 0);
+    golden_setup(&r, c->model, c->weights, 0, c->reference);
     int hf = golden_forward(&r, 0);
     check_logits(&r, hf, "base_logits", c->tol);
     check_loss(&r, "base_loss", 0, c->tol);
     golden_teardown(&r);
 
-    golden_setup(&r, c->model, c->weights, 1);
+    golden_setup(&r, c->model, c->weights, 1, c->reference);
     hf = golden_forward(&r, 0);
     check_logits(&r, hf, "lora_logits", c->tol);
     check_loss(&r, "losses", 0, c->tol);
@@ -166,9 +180,12 @@ ParameterizedTest(golden_case *c, golden, forward) {
 
 ParameterizedTestParameters(golden, gradients) {
     static golden_case cases[] = {
-        {"tiny-qwen2", "model.safetensors", 1e-4},
-        {"tiny-llama", "model.safetensors", 1e-4},
-        {"tiny-qwen3", "model.safetensors", 1e-4},
+        {"tiny-qwen2", "model.safetensors", 1e-4, 1},
+        {"tiny-qwen2", "model.safetensors", 1e-4, 0},
+        {"tiny-llama", "model.safetensors", 1e-4, 1},
+        {"tiny-llama", "model.safetensors", 1e-4, 0},
+        {"tiny-qwen3", "model.safetensors", 1e-4, 1},
+        {"tiny-qwen3", "model.safetensors", 1e-4, 0},
     };
     return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -176,10 +193,10 @@ ParameterizedTestParameters(golden, gradients) {
 /* Every grad.* tensor: max |err| <= 1e-4 * max |golden| of that tensor. */
 ParameterizedTest(golden_case *c, golden, gradients) {
     golden_run r;
-    golden_setup(&r, c->model, c->weights, 1);
+    golden_setup(&r, c->model, c->weights, 1, c->reference);
     golden_forward(&r, 1);
     check_loss(&r, "losses", 0, 1e-5);
-    test_check_lora_grads(&r.lora, &r.golden, c->tol, "");
+    test_check_lora_grads(&r.lora, &r.golden, c->tol, r.mode);
     golden_teardown(&r);
 }
 
@@ -208,16 +225,19 @@ static double dropout_loss(golden_run *r, const uint64_t *seed, int *planned) {
 
 ParameterizedTestParameters(golden, dropout_gradients) {
     static golden_case cases[] = {
-        {"tiny-qwen2", "model.safetensors", 2e-2},
-        {"tiny-llama", "model.safetensors", 2e-2},
-        {"tiny-qwen3", "model.safetensors", 2e-2},
+        {"tiny-qwen2", "model.safetensors", 2e-2, 1},
+        {"tiny-qwen2", "model.safetensors", 2e-2, 0},
+        {"tiny-llama", "model.safetensors", 2e-2, 1},
+        {"tiny-llama", "model.safetensors", 2e-2, 0},
+        {"tiny-qwen3", "model.safetensors", 2e-2, 1},
+        {"tiny-qwen3", "model.safetensors", 2e-2, 0},
     };
     return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
 }
 
 ParameterizedTest(golden_case *c, golden, dropout_gradients) {
     golden_run r;
-    golden_setup(&r, c->model, c->weights, 1);
+    golden_setup(&r, c->model, c->weights, 1, c->reference);
     r.lora.dropout = 0.25f;
     uint64_t *seed = r.be->alloc(r.be, sizeof *seed);
     *seed = 0x9e3779b97f4a7c15ull;
@@ -254,7 +274,7 @@ ParameterizedTest(golden_case *c, golden, dropout_gradients) {
                 r.lora.params[best] = keep;
                 double fd = (up - down) / (2.0 * (double)eps), an = grads[best];
                 cr_expect(fabs(fd - an) <= c->tol * fabs(an) + 1e-5,
-                          "%s layer %d proj %d %c[%lld]: analytic %.6g vs central difference %.6g", c->model,
+                          "%s%s layer %d proj %d %c[%lld]: analytic %.6g vs central difference %.6g", r.mode, c->model,
                           layers[li], p, which ? 'B' : 'A', (long long)(best - off), an, fd);
                 checked++;
             }

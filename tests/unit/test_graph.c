@@ -23,7 +23,7 @@ static int build_residual_of_linear(qlt_graph *g, const qlt_weight *w, float *a_
 }
 
 Test(graph, add_of_a_linear_of_its_own_first_input) {
-    qlt_backend *be = qlt_backend_cpu_create(1);
+    qlt_backend *be = qlt_backend_cpu_create(1, 1);
     cr_assert(be);
     const int64_t n = 3, d = 300; /* d > 256: the CPU GEMM works in column chunks, so aliasing shows */
     float *w_data = malloc(sizeof(float) * (size_t)(d * d)), *a_data = malloc(sizeof(float) * (size_t)(n * d));

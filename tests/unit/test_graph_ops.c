@@ -42,7 +42,7 @@ static void no_backward(qlt_graph *g, const qlt_node *node) {
 }
 
 Test(graph_ops, outputs_and_reads_of_recorded_nodes) {
-    qlt_backend *be = qlt_backend_cpu_create(1);
+    qlt_backend *be = qlt_backend_cpu_create(1, 1);
     cr_assert(be);
     const int64_t n = 2, d = 8;
     qlt_weight wq = shape_only(8, d), wk = shape_only(4, d), wv = shape_only(4, d);
@@ -79,7 +79,7 @@ Test(graph_ops, outputs_and_reads_of_recorded_nodes) {
 }
 
 Test(graph_ops, a_linear_group_runs_its_backward_from_any_output) {
-    qlt_backend *be = qlt_backend_cpu_create(1);
+    qlt_backend *be = qlt_backend_cpu_create(1, 1);
     cr_assert(be);
     const int64_t n = 2, d = 8;
     qlt_weight wq = shape_only(8, d), wk = shape_only(4, d), wv = shape_only(4, d);

@@ -30,7 +30,7 @@
 /* Logits [N, V] of the model in dir (NF4 on load when nf4) with the PEFT adapter in adapter (or none) on
  * the golden batch of fixture. */
 static float *logits_of(const char *dir, const char *fixture, int nf4, const char *adapter, int64_t *numel) {
-    qlt_backend *be = qlt_backend_cpu_create(0);
+    qlt_backend *be = qlt_backend_cpu_create(0, 1);
     qlt_model m;
     qlt_model_load_opts opts = {.nf4 = nf4, .nf4_blocksize = 64, .double_quant = 1};
     cr_assert_eq(qlt_model_load(&m, be, dir, &opts), 0, "%s", qlt_error());

@@ -64,7 +64,7 @@ Test(model, tied_lm_head_ignores_a_stored_lm_head) {
     cr_assert_eq(qlt_st_writer_write(&w, dst), 0, "%s", qlt_error());
     qlt_st_writer_free(&w);
 
-    qlt_backend *be = qlt_backend_cpu_create(1);
+    qlt_backend *be = qlt_backend_cpu_create(1, 1);
     qlt_model m;
     cr_assert_eq(qlt_model_load(&m, be, dir, NULL), 0, "%s", qlt_error());
     cr_expect(m.lm_head_shared);

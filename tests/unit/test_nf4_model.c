@@ -18,7 +18,7 @@
 
 /* Logits [N, V] and mean loss of the base model in dir on the fixture's golden batch. */
 static float *model_logits(const char *dir, const char *fixture, int nf4, double *loss, int64_t *numel) {
-    qlt_backend *be = qlt_backend_cpu_create(0);
+    qlt_backend *be = qlt_backend_cpu_create(0, 1);
     qlt_model m;
     qlt_model_load_opts opts = {.nf4 = nf4, .nf4_blocksize = 64, .double_quant = 1};
     cr_assert_eq(qlt_model_load(&m, be, dir, &opts), 0, "%s", qlt_error());
