@@ -246,11 +246,18 @@ struct qlt_backend {
                           const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                           int head_dim, float scale);
     size_t (*attention_bwd_scratch_bytes)(qlt_backend *be, int64_t n, int n_heads, int n_kv_heads, int head_dim);
-    /* Inference with a KV cache: n new queries q [n, n_heads*head_dim] at positions past .. past+n-1 against the
-     * keys and values of positions 0 .. past+n-1, k_cache / v_cache [>= past+n, n_kv_heads*head_dim] (the new
-     * tokens' rows already written); query i attends keys 0 .. past+i. out [n, n_heads*head_dim]. */
+    /* Inference with a KV cache: n new queries q [n, n_heads*head_dim] at the consecutive positions pos [n]
+     * (backend memory: pos[i] = pos[0] + i) against the keys and values of positions 0 .. pos[n-1],
+     * k_cache / v_cache [>= pos[n-1]+1, n_kv_heads*head_dim] (the new tokens' rows already stored); query i
+     * attends keys 0 .. pos[i]. max_keys >= pos[n-1] + 1 bounds the keys and sizes the launch, so a captured
+     * step replays with new positions. out [n, n_heads*head_dim]. */
     void (*attention_decode)(qlt_backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
-                             int64_t past, int64_t n, int n_heads, int n_kv_heads, int head_dim, float scale);
+                             const int32_t *pos, int64_t max_keys, int64_t n, int n_heads, int n_kv_heads,
+                             int head_dim, float scale);
+    /* The new tokens' keys and values into the cache: k_cache[pos[i]] = k_new[i], v_cache[pos[i]] = v_new[i]
+     * (rows of width elements, activation dtype; pos [n] backend memory). */
+    void (*kv_store)(qlt_backend *be, void *k_cache, void *v_cache, const void *k_new, const void *v_new,
+                     const int32_t *pos, int64_t n, int64_t width);
     /* Optional (NULL: always the backend's own attention): how attention_fwd / attention_bwd will run this
      * shape with max_row_examples and deterministic as they are set now, building what it needs (cuDNN's plans)
      * so no step builds it: QLT_ATTENTION_OWN, QLT_ATTENTION_FUSED_DENSE (lse [batch, n_heads, seq]) or

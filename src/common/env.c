@@ -17,6 +17,8 @@ static const struct {
     [QLT_ENV_LORA_DUDB] = {"QLT_LORA_DUDB", "debugging: the CUDA LoRA backward's du / dB: 0 two cuBLAS GEMMs a "
                                              "site, 1 the one-pass kernel (default), 2 that kernel a token block a "
                                              "launch"},
+    [QLT_ENV_DECODE_GRAPH] = {"QLT_DECODE_GRAPH", "measuring: 0 runs generation's one-token steps eagerly instead "
+                                                   "of replaying the captured step (CUDA)"},
 };
 
 const char *qlt_env(qlt_env_var v) {

@@ -125,8 +125,19 @@ static void cpu_rope(qlt_backend *be, void *x, const int32_t *pos, const float *
 }
 
 static void cpu_attention_decode(qlt_backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
-                                 int64_t past, int64_t n, int n_heads, int n_kv_heads, int head_dim, float scale) {
-    qlt_cpu_attention_decode(out, q, k_cache, v_cache, past, n, n_heads, n_kv_heads, head_dim, scale);
+                                 const int32_t *pos, int64_t max_keys, int64_t n, int n_heads, int n_kv_heads,
+                                 int head_dim, float scale) {
+    QLT_ASSERT(n >= 1 && pos[n - 1] == pos[0] + n - 1 && pos[n - 1] < max_keys);
+    qlt_cpu_attention_decode(out, q, k_cache, v_cache, pos[0], n, n_heads, n_kv_heads, head_dim, scale);
+}
+
+static void cpu_kv_store(qlt_backend *be, void *k_cache, void *v_cache, const void *k_new, const void *v_new,
+                         const int32_t *pos, int64_t n, int64_t width) {
+    const size_t row = sizeof(float) * (size_t)width;
+    for (int64_t i = 0; i < n; i++) {
+        memcpy((char *)k_cache + row * (size_t)pos[i], (const char *)k_new + row * (size_t)i, row);
+        memcpy((char *)v_cache + row * (size_t)pos[i], (const char *)v_new + row * (size_t)i, row);
+    }
 }
 
 static void cpu_attention_fwd(qlt_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
@@ -262,6 +273,7 @@ qlt_backend *qlt_backend_cpu_create(int threads, int reference) {
     be->rope = cpu_rope;
     be->attention_fwd = cpu_attention_fwd;
     be->attention_decode = cpu_attention_decode;
+    be->kv_store = cpu_kv_store;
     be->attention_bwd = cpu_attention_bwd;
     be->attention_bwd_scratch_bytes = cpu_attention_bwd_scratch_bytes;
     be->swiglu_fwd = cpu_swiglu_fwd;

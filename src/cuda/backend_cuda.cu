@@ -181,6 +181,7 @@ static void cuda_destroy(qlt_backend *be) {
     for (int i = 0; i < box->n_recs; i++) cudaFree(box->recs[i].p);
     free(box->recs);
     cudaFree(impl->conv);
+    cudaFree(impl->gemv_arrivals);
     cudaFree(impl->lora_ws);
     cudaFree(impl->lora_acc);
     cudaFree(impl->partials);
@@ -394,7 +395,10 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     impl->lora_acc_bytes = QLT_CUDA_LORA_ACC_BYTES;
     impl->partials = (double *)qlt_cuda_alloc_tracked(be, sizeof(double) * QLT_CUDA_NORM_BLOCKS);
     impl->amax = (float *)qlt_cuda_alloc_tracked(be, sizeof(float) * 2);
-    if (!impl->conv || !impl->lora_ws || !impl->lora_acc || !impl->partials || !impl->amax) {
+    impl->gemv_arrivals = (unsigned *)qlt_cuda_alloc_tracked(be, sizeof(unsigned) * QLT_CUDA_GEMV_TILES);
+    if (impl->gemv_arrivals)
+        CUDA_CHECK(cudaMemsetAsync(impl->gemv_arrivals, 0, sizeof(unsigned) * QLT_CUDA_GEMV_TILES, impl->stream));
+    if (!impl->conv || !impl->lora_ws || !impl->lora_acc || !impl->partials || !impl->amax || !impl->gemv_arrivals) {
         qlt_fail("CUDA device %d: could not allocate the backend's %zu MiB of workspaces", device_index,
                  (conv_bytes + QLT_CUDA_LORA_BYTES) >> 20);
         cuda_destroy(be);
@@ -467,6 +471,7 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->attention_bwd_scratch_bytes = qlt_cuda_attention_bwd_scratch_bytes;
     be->attention_plan = qlt_cuda_attention_plan;
     be->attention_decode = qlt_cuda_attention_decode;
+    be->kv_store = qlt_cuda_kv_store;
     be->lm_head_loss = qlt_cuda_lm_head_loss;
     be->loss_scratch_bytes = qlt_cuda_loss_scratch_bytes;
     be->logits = qlt_cuda_logits;

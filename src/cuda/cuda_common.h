@@ -74,6 +74,8 @@ typedef struct cuda_impl {
     size_t lora_ws_bytes, lora_acc_bytes; /* grown by lora_group_prepare at load, never in a step */
     int lora_dudb;         /* qlt_cuda_set_lora_dudb's mode */
     double *partials;      /* [QLT_CUDA_NORM_BLOCKS] */
+    unsigned *gemv_arrivals; /* [QLT_CUDA_GEMV_TILES] nf4_gemv.cu: a row tile's finished column splits (zero between
+                              * launches) */
     float *amax;           /* [2] fp16 overflow guard: max|dY|, max|W| (as float bits, atomicMax on int) */
     bf16 *dequant;         /* NF4 dequantization scratch, [dequant_elems] (grown in weight_create only) */
     int64_t dequant_elems;
@@ -204,13 +206,14 @@ void qlt_cuda_cache_drop(qlt_backend *be, const qlt_weight *w); /* the entries h
 int64_t qlt_cuda_cache_bytes(qlt_backend *be);
 void qlt_cuda_cache_release(qlt_backend *be);
 
-/* nf4_gemv.cu: y [n, rows] (row stride ldy) = x [n, cols] . W^T (+ bias [rows]) for an NF4 weight and at most
- * QLT_NF4_GEMV_MAX_TOKENS tokens, reading the codes once (generation); applies when cols % 32 == 0, the blocks
- * hold >= 32 values and x is 16-byte aligned */
+/* nf4_gemv.cu: y [n, sum rows] (row stride ldy) = x [n, cols] . [W_0; ...; W_k-1]^T (+ bias [rows], k == 1) for NF4
+ * weights of the same cols and at most QLT_NF4_GEMV_MAX_TOKENS tokens, reading the codes once (generation);
+ * applies (to each weight) when cols % 32 == 0, the blocks hold >= 32 values and x is 16-byte aligned */
 #define QLT_NF4_GEMV_MAX_TOKENS 4
+#define QLT_CUDA_GEMV_TILES 65536 /* row tiles of 16 one GEMV launch may have */
 bool qlt_cuda_nf4_gemv_applies(const qlt_weight *w, int64_t n, const void *x);
-void qlt_cuda_nf4_gemv(qlt_backend *be, bf16 *y, int64_t ldy, const bf16 *x, const qlt_weight *w, const float *bias,
-                       int64_t n);
+void qlt_cuda_nf4_gemv(qlt_backend *be, bf16 *y, int64_t ldy, const bf16 *x, const qlt_weight *const *w, int k,
+                       const float *bias, int64_t n);
 
 /* linear.cu: the frozen-weight products (a few tokens on NF4 weights: nf4_gemv.cu) */
 void qlt_cuda_linear_fwd(qlt_backend *be, void *y, const void *x, const qlt_weight *const *w, int k, const float *bias,
@@ -281,9 +284,12 @@ void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float
 size_t qlt_cuda_attention_bwd_scratch_bytes(qlt_backend *be, int64_t n, int n_heads, int n_kv_heads, int head_dim);
 int qlt_cuda_attention_plan(qlt_backend *be, int batch, int seq, int n_heads, int n_kv_heads, int head_dim,
                             float scale);
-/* attention_decode.cu: attention over a KV cache (generation) */
+/* attention_decode.cu: attention over a KV cache (generation), and the new rows' store into it */
+void qlt_cuda_kv_store(qlt_backend *be, void *k_cache, void *v_cache, const void *k_new, const void *v_new,
+                       const int32_t *pos, int64_t n, int64_t width);
 void qlt_cuda_attention_decode(qlt_backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
-                               int64_t past, int64_t n, int n_heads, int n_kv_heads, int head_dim, float scale);
+                               const int32_t *pos, int64_t max_keys, int64_t n, int n_heads, int n_kv_heads,
+                               int head_dim, float scale);
 
 /* cross_entropy.cu */
 size_t qlt_cuda_loss_scratch_bytes(qlt_backend *be, int64_t n, int64_t v);

@@ -14,12 +14,7 @@ void qlt_cuda_linear_fwd_onto(qlt_backend *be, void *y, const void *x, const qlt
         bool gemv = true;
         for (int i = 0; i < k; i++) gemv = gemv && qlt_cuda_nf4_gemv_applies(w[i], n, x);
         if (gemv) {
-            const int64_t ldy = qlt_stack_rows(w, k);
-            int64_t at = 0;
-            for (int i = 0; i < k; i++) {
-                qlt_cuda_nf4_gemv(be, (bf16 *)y + at, ldy, (const bf16 *)x, w[i], bias, n);
-                at += w[i]->rows;
-            }
+            qlt_cuda_nf4_gemv(be, (bf16 *)y, qlt_stack_rows(w, k), (const bf16 *)x, w, k, bias, n);
             return;
         }
     }

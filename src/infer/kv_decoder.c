@@ -1,6 +1,6 @@
 /* kv_decoder.c: generation's forward with a KV cache (see kv_decoder.h). Per layer, for the n new tokens:
- *   xn = rmsnorm(x); q, k, v = xn W^T (+bias) (+LoRA), k and v written straight into the cache rows
- *   past .. past+n-1; [q/k head norm +] rope at positions past + i; attn = attention_decode(q, cache);
+ *   xn = rmsnorm(x); q, k, v = xn W^T (+bias) (+LoRA); [q/k head norm +] rope at positions pos[i] = past + i;
+ *   k and v stored into the cache rows pos[i]; attn = attention_decode(q, cache);
  *   x2 = x + attn W_o^T (+LoRA), xn = rmsnorm(x2) (one fused op); gu = xn [W_gate; W_up]^T (+LoRA);
  *   x = x2 + swiglu(gu) W_down^T (+LoRA).
  * The last token's hidden state goes through the final norm and the lm_head. */
@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/env.h"
 #include "common/error.h"
 
 static void *alloc_or_null(qlt_backend *be, size_t bytes, int *failed, size_t *total) {
@@ -22,7 +23,7 @@ int qlt_kv_decoder_init(qlt_kv_decoder *d, const qlt_model *m, const qlt_lora *l
     memset(d, 0, sizeof *d);
     const qlt_model_config *c = &m->cfg;
     qlt_backend *be = m->be;
-    if (!be->attention_decode)
+    if (!be->attention_decode || !be->kv_store)
         return qlt_fail("the %s backend cannot generate (no attention over a KV cache)", be->name);
     if (max_len < 1 || max_chunk < 1) return qlt_fail("generate: a length of at least one token is needed");
     if (max_chunk > max_len) max_chunk = max_len;
@@ -31,6 +32,9 @@ int qlt_kv_decoder_init(qlt_kv_decoder *d, const qlt_model *m, const qlt_lora *l
     d->be = be;
     d->max_len = max_len;
     d->max_chunk = max_chunk;
+    const char *graph_env = qlt_env(QLT_ENV_DECODE_GRAPH);
+    d->use_graph = be->capture_begin && be->capture_end && be->graph_launch && be->graph_free &&
+                   !(graph_env && strcmp(graph_env, "0") == 0);
     const size_t es = qlt_dtype_size(be->act_dtype);
     const int64_t qdim = (int64_t)c->n_heads * c->head_dim, kvdim = (int64_t)c->n_kv_heads * c->head_dim;
     const int64_t widest = qdim > c->hidden ? qdim : c->hidden;
@@ -48,6 +52,8 @@ int qlt_kv_decoder_init(qlt_kv_decoder *d, const qlt_model *m, const qlt_lora *l
     d->q = alloc_or_null(be, es * (size_t)(max_chunk * qdim), &failed, &total);
     d->qn = alloc_or_null(be, es * (size_t)(max_chunk * qdim), &failed, &total);
     d->k_new = alloc_or_null(be, es * (size_t)(max_chunk * kvdim), &failed, &total);
+    d->k_rot = alloc_or_null(be, es * (size_t)(max_chunk * kvdim), &failed, &total);
+    d->v_new = alloc_or_null(be, es * (size_t)(max_chunk * kvdim), &failed, &total);
     d->attn = alloc_or_null(be, es * (size_t)(max_chunk * qdim), &failed, &total);
     d->o = alloc_or_null(be, es * (size_t)(max_chunk * c->hidden), &failed, &total);
     d->down = alloc_or_null(be, es * (size_t)(max_chunk * c->hidden), &failed, &total);
@@ -74,13 +80,14 @@ void qlt_kv_decoder_free(qlt_kv_decoder *d) {
     if (!d->be) return;
     qlt_backend *be = d->be;
     const int layers = d->m->cfg.n_layers;
+    if (d->step_graph) be->graph_free(be, d->step_graph);
     for (int l = 0; l < layers; l++) {
         if (d->k_cache && d->k_cache[l]) be->free(be, d->k_cache[l]);
         if (d->v_cache && d->v_cache[l]) be->free(be, d->v_cache[l]);
     }
     free(d->k_cache);
     free(d->v_cache);
-    void *bufs[] = {d->x, d->x2, d->xn, d->q, d->qn, d->k_new, d->attn, d->o, d->down, d->gu, d->act,
+    void *bufs[] = {d->x, d->x2, d->xn, d->q, d->qn, d->k_new, d->k_rot, d->v_new, d->attn, d->o, d->down, d->gu, d->act,
                     d->rstd, d->u, d->logits, d->ids, d->pos};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
@@ -112,8 +119,8 @@ static void add_adapters(qlt_kv_decoder *d, int l, qlt_proj first, int k, void *
     d->be->lora_fwd(d->be, sites, count, d->u, x, n, in, d->lora->r, d->lora->scale);
 }
 
-/* One chunk of n <= max_chunk tokens at positions past .. past+n-1 through every layer; leaves the hidden
- * states in d->x [n, hidden]. */
+/* One chunk of n <= max_chunk tokens at the positions d->pos holds through every layer; leaves the hidden states in
+ * d->x [n, hidden]. Reads nothing from the host, so it can be captured. */
 static void forward_chunk(qlt_kv_decoder *d, int64_t n) {
     const qlt_model *m = d->m;
     const qlt_model_config *c = &m->cfg;
@@ -125,30 +132,29 @@ static void forward_chunk(qlt_kv_decoder *d, int64_t n) {
     be->embed(be, d->x, d->ids, &m->embed, n);
     for (int l = 0; l < c->n_layers; l++) {
         const qlt_layer *L = &m->layers[l];
-        void *k_rows = (char *)d->k_cache[l] + es * (size_t)(d->past * kvdim);
-        void *v_rows = (char *)d->v_cache[l] + es * (size_t)(d->past * kvdim);
         be->rmsnorm_fwd(be, d->xn, d->rstd, d->x, L->attn_norm, n, c->hidden, c->rms_eps);
-        /* q, k, v: k into k_new first when a head norm follows (it writes the cache rows), else straight in */
-        void *k_out = c->qk_norm ? d->k_new : k_rows;
-        void *qkv_out[3] = {d->q, k_out, v_rows};
+        void *qkv_out[3] = {d->q, d->k_new, d->v_new};
         const int64_t qkv_ld[3] = {qdim, kvdim, kvdim};
         for (int j = 0; j < 3; j++) {
             const qlt_weight *w = &L->proj[QLT_PROJ_Q + j];
             be->linear_fwd(be, qkv_out[j], d->xn, &w, 1, L->bias[j], n);
         }
         add_adapters(d, l, QLT_PROJ_Q, 3, qkv_out, qkv_ld, d->xn, n, c->hidden);
-        const void *q_final = d->q;
+        const void *q_final = d->q, *k_final = d->k_new;
         if (c->qk_norm) {
             be->head_norm_rope_fwd(be, d->qn, d->rstd, d->q, L->q_norm, d->pos, m->inv_freq, n, c->n_heads,
                                    c->head_dim, c->rms_eps);
-            be->head_norm_rope_fwd(be, k_rows, d->rstd, d->k_new, L->k_norm, d->pos, m->inv_freq, n, c->n_kv_heads,
-                                   c->head_dim, c->rms_eps);
+            be->head_norm_rope_fwd(be, d->k_rot, d->rstd, d->k_new, L->k_norm, d->pos, m->inv_freq, n,
+                                   c->n_kv_heads, c->head_dim, c->rms_eps);
             q_final = d->qn;
+            k_final = d->k_rot;
         } else {
             be->rope(be, d->q, d->pos, m->inv_freq, n, c->n_heads, c->head_dim, 0);
-            be->rope(be, k_rows, d->pos, m->inv_freq, n, c->n_kv_heads, c->head_dim, 0);
+            be->rope(be, d->k_new, d->pos, m->inv_freq, n, c->n_kv_heads, c->head_dim, 0);
         }
-        be->attention_decode(be, d->attn, q_final, d->k_cache[l], d->v_cache[l], d->past, n, c->n_heads,
+        be->kv_store(be, d->k_cache[l], d->v_cache[l], k_final, d->v_new, d->pos, n, kvdim);
+        /* the launch sized for the whole cache, the same in every step: eager and replayed steps add alike */
+        be->attention_decode(be, d->attn, q_final, d->k_cache[l], d->v_cache[l], d->pos, d->max_len, n, c->n_heads,
                              c->n_kv_heads, c->head_dim, scale);
         const qlt_weight *wo = &L->proj[QLT_PROJ_O];
         be->linear_fwd(be, d->o, d->attn, &wo, 1, NULL, n);
@@ -171,15 +177,38 @@ static void forward_chunk(qlt_kv_decoder *d, int64_t n) {
     }
 }
 
-/* logits of row i of d->x into host out [vocab] */
-static void row_logits(qlt_kv_decoder *d, int64_t i, float *out) {
+/* logits of row i of d->x into d->logits [vocab] (backend memory) */
+static void row_logits_device(qlt_kv_decoder *d, int64_t i) {
     const qlt_model *m = d->m;
     qlt_backend *be = d->be;
     const int64_t hidden = m->cfg.hidden;
     const void *row = (const char *)d->x + qlt_dtype_size(be->act_dtype) * (size_t)(i * hidden);
     be->rmsnorm_fwd(be, d->xn, d->rstd, row, m->final_norm, 1, hidden, m->cfg.rms_eps);
     be->logits(be, d->logits, d->xn, &m->lm_head, 1);
-    be->download(be, out, d->logits, sizeof(float) * (size_t)m->cfg.vocab);
+}
+
+/* logits of row i of d->x into host out [vocab] */
+static void row_logits(qlt_kv_decoder *d, int64_t i, float *out) {
+    row_logits_device(d, i);
+    d->be->download(d->be, out, d->logits, sizeof(float) * (size_t)d->m->cfg.vocab);
+}
+
+/* One token through the captured step (captured on first use); 0, or -1 when the backend cannot capture it (the
+ * caller then runs the step eagerly). d->ids and d->pos hold the token and its position. */
+static int graph_token(qlt_kv_decoder *d, float *logits_last) {
+    qlt_backend *be = d->be;
+    if (!d->step_graph) {
+        if (be->capture_begin(be) != 0) return -1;
+        forward_chunk(d, 1);
+        row_logits_device(d, 0);
+        if (be->capture_end(be, &d->step_graph) != 0) {
+            d->step_graph = NULL;
+            return -1;
+        }
+    }
+    if (be->graph_launch(be, d->step_graph) != 0) return -1;
+    if (logits_last) be->download(be, logits_last, d->logits, sizeof(float) * (size_t)d->m->cfg.vocab);
+    return 0;
 }
 
 int qlt_kv_decoder_step(qlt_kv_decoder *d, const int32_t *ids, int64_t n, float *logits_last, float *logits_all) {
@@ -197,6 +226,10 @@ int qlt_kv_decoder_step(qlt_kv_decoder *d, const int32_t *ids, int64_t n, float 
         for (int64_t i = 0; i < cn; i++) pos[i] = (int32_t)(d->past + i);
         d->be->upload(d->be, d->ids, ids + start, sizeof(int32_t) * (size_t)cn);
         d->be->upload(d->be, d->pos, pos, sizeof(int32_t) * (size_t)cn);
+        if (cn == 1 && !logits_all && d->use_graph && graph_token(d, logits_last) == 0) {
+            d->past += 1;
+            continue;
+        }
         forward_chunk(d, cn);
         d->past += cn;
         if (logits_all)

@@ -4,7 +4,9 @@
  * src/model/forward.c, so a token's logits equal the training forward's on the same sequence (to rounding).
  *
  * A step takes n new tokens (a prompt, in chunks of at most max_chunk, or one generated token), appends their
- * keys and values to the cache and returns the logits of the last one (or of every one, for checks). */
+ * keys and values to the cache and returns the logits of the last one (or of every one, for checks). The ops
+ * read the tokens' positions from backend memory, so on a backend with graphs the one-token step is captured
+ * once and replayed for every generated token (no launch gaps between its few hundred small kernels). */
 #ifndef QLT_KV_DECODER_H
 #define QLT_KV_DECODER_H
 
@@ -23,13 +25,17 @@ typedef struct qlt_kv_decoder {
     void **k_cache, **v_cache; /* [n_layers] act [max_len, n_kv_heads * head_dim] */
     /* work buffers, act unless float: */
     void *x, *x2, *xn;    /* [max_chunk, hidden] */
-    void *q, *qn, *k_new, *attn; /* [max_chunk, n_heads * head_dim] (k_new: [max_chunk, n_kv * head_dim]) */
+    void *q, *qn, *attn;  /* [max_chunk, n_heads * head_dim] */
+    void *k_new, *k_rot, *v_new; /* [max_chunk, n_kv_heads * head_dim]: the new rows before kv_store (k_rot: after
+                                  * the head norm) */
     void *o, *down;       /* [max_chunk, hidden] */
     void *gu, *act;       /* [max_chunk, 2 * intermediate], [max_chunk, intermediate] */
     float *rstd;          /* [max_chunk * n_heads] */
     float *u;             /* [max_chunk, 3 r]: the adapters' x A^T (lora) */
     float *logits;        /* [vocab] */
     int32_t *ids, *pos;   /* [max_chunk] */
+    int use_graph;        /* the backend captures graphs (and QLT_DECODE_GRAPH is not 0) */
+    void *step_graph;     /* the captured one-token step (NULL: none yet) */
 } qlt_kv_decoder;
 
 /* Allocates the cache for max_len tokens and the work buffers on the model's backend. lora may be NULL.

@@ -601,6 +601,36 @@ void check_generation(void) {
         free(w), free(bias);
         dfree_all();
     }
+    /* a stack of two weights in one launch (gate and up): rows 200 and 96, side by side in y */
+    {
+        const int64_t r0 = 200, r1 = 96, cols = 352;
+        float *w = hrand(&r, (r0 + r1) * cols, 0.05f);
+        qlt_weight wt[2];
+        const qlt_weight *wp[2] = {&wt[0], &wt[1]};
+        if (G->weight_create(G, &wt[0], w, QLT_DTYPE_F32, r0, cols, 64, 1) != 0 ||
+            G->weight_create(G, &wt[1], w + r0 * cols, QLT_DTYPE_F32, r1, cols, 64, 1) != 0) {
+            gpu_check_fail("weight_create", qlt_error());
+            return;
+        }
+        if (nf4_reference(w, r0, cols) != 0 || nf4_reference(w + r0 * cols, r1, cols) != 0) return;
+        for (int64_t i = 0; i < (r0 + r1) * cols; i++) w[i] = bfr(w[i]);
+        for (int64_t n = 1; n <= 4; n++) {
+            char sh[96];
+            snprintf(sh, sizeof sh, "N%lld stack out%lld+%lld in%lld", (long long)n, (long long)r0, (long long)r1,
+                     (long long)cols);
+            float *x = hrand(&r, n * cols, 1.0f), *ref = malloc(sizeof(float) * (size_t)(n * (r0 + r1)));
+            qlt_cpu_gemm(0, 1, n, r0 + r1, cols, 1.0f, x, cols, w, cols, 0.0f, ref, r0 + r1);
+            void *y = dpoison(2 * (size_t)(n * (r0 + r1)));
+            G->linear_fwd(G, y, dbf16(x, n * cols), wp, 2, NULL, n);
+            float *got = hget_bf16(y, n * (r0 + r1));
+            row("nf4_gemv", sh, got, ref, n * (r0 + r1), 1e-2);
+            free(x), free(ref), free(got);
+        }
+        G->weight_free(G, &wt[0]);
+        G->weight_free(G, &wt[1]);
+        free(w);
+        dfree_all();
+    }
     /* past, n, heads, kv heads, head dim: prompts (n > 1), single steps over short and long caches (the keys
      * split over CTAs and combined), GQA and not */
     const int64_t cases[][5] = {{0, 7, 4, 2, 64}, {100, 1, 28, 4, 128}, {3000, 1, 14, 2, 64}, {37, 3, 8, 8, 32},
@@ -614,12 +644,41 @@ void check_generation(void) {
         float *q = hrand(&r, n * heads * hd, 1.0f), *k = hrand(&r, keys * kv * hd, 1.0f),
               *v = hrand(&r, keys * kv * hd, 1.0f), *ref = malloc(sizeof(float) * (size_t)(n * heads * hd));
         qlt_cpu_attention_decode(ref, q, k, v, past, n, heads, kv, hd, scale);
-        void *out = dpoison(2 * (size_t)(n * heads * hd));
-        G->attention_decode(G, out, dbf16(q, n * heads * hd), dbf16(k, keys * kv * hd), dbf16(v, keys * kv * hd), past,
-                            n, heads, kv, hd, scale);
-        float *got = hget_bf16(out, n * heads * hd);
-        row("attention_decode", sh, got, ref, n * heads * hd, 1e-2);
-        free(q), free(k), free(v), free(ref), free(got);
+        int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)(past + i);
+        const int32_t *dpos = di32(pos, n);
+        /* the launch sized for the keys (as eager steps are) and for a cache of 2.5x as many (a replayed step) */
+        for (int bound = 0; bound < 2; bound++) {
+            const int64_t max_keys = bound ? keys + 3 * keys / 2 : keys;
+            char shb[128];
+            snprintf(shb, sizeof shb, "%s max_keys%lld", sh, (long long)max_keys);
+            void *out = dpoison(2 * (size_t)(n * heads * hd));
+            G->attention_decode(G, out, dbf16(q, n * heads * hd), dbf16(k, keys * kv * hd), dbf16(v, keys * kv * hd),
+                                dpos, max_keys, n, heads, kv, hd, scale);
+            float *got = hget_bf16(out, n * heads * hd);
+            row("attention_decode", shb, got, ref, n * heads * hd, 1e-2);
+            free(got);
+        }
+        /* kv_store: the n new rows into a cache of `keys` rows at their positions, the rest untouched */
+        {
+            const int64_t width = (int64_t)kv * hd;
+            float *newk = hrand(&r, n * width, 1.0f), *newv = hrand(&r, n * width, 1.0f);
+            float *expect_k = malloc(sizeof(float) * (size_t)(keys * width));
+            float *expect_v = malloc(sizeof(float) * (size_t)(keys * width));
+            for (int64_t e = 0; e < keys * width; e++) expect_k[e] = bfr(k[e]), expect_v[e] = bfr(v[e]);
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t e = 0; e < width; e++) {
+                    expect_k[(past + i) * width + e] = bfr(newk[i * width + e]);
+                    expect_v[(past + i) * width + e] = bfr(newv[i * width + e]);
+                }
+            void *kc = dbf16(k, keys * width), *vc = dbf16(v, keys * width);
+            G->kv_store(G, kc, vc, dbf16(newk, n * width), dbf16(newv, n * width), dpos, n, width);
+            float *gk = hget_bf16(kc, keys * width), *gv = hget_bf16(vc, keys * width);
+            row("kv_store k", sh, gk, expect_k, keys * width, 0.0);
+            row("kv_store v", sh, gv, expect_v, keys * width, 0.0);
+            free(newk), free(newv), free(expect_k), free(expect_v), free(gk), free(gv);
+        }
+        free(q), free(k), free(v), free(ref), free(pos);
         dfree_all();
     }
 }
