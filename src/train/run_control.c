@@ -146,9 +146,9 @@ int qlt_run_already_finished(const char *output_dir, int64_t total_steps) {
         if (cJSON_IsNumber(step) && (step->valuedouble == (double)total_steps || early)) {
             finished = 1;
             fprintf(stderr, "qlora-train: %s already finished at step %.0f of %lld%s (its adapter is in %s): nothing "
-                            "to resume; raise train.max_steps to train on, or set output.overwrite: true to start "
-                            "again\n", output_dir, step->valuedouble, (long long)total_steps,
-                    early ? ", stopped early" : "", final_dir);
+                            "to resume; %sset output.overwrite: true to start again\n", output_dir,
+                    step->valuedouble, (long long)total_steps, early ? ", stopped early" : "", final_dir,
+                    early ? "" : "raise train.max_steps to train on, or ");
         }
         cJSON_Delete(s);
     }
