@@ -17,6 +17,7 @@ static void usage(void) {
            "and the final adapter (PEFT format) in output.dir/final/.\n"
            "--resume auto continues from the newest complete checkpoint in output.dir. A run from step 0\n"
            "refuses an output.dir that holds an earlier run's checkpoints or final/ unless output.overwrite.\n"
+           "Ctrl-C (SIGINT) or SIGTERM: the step finishes, a checkpoint is written, exit 130 / 143.\n"
            "Every configuration key: docs/CONFIG.md.\n");
 }
 
