@@ -17,6 +17,7 @@ static void usage(void) {
            "and the final adapter (PEFT format) in output.dir/final/.\n"
            "--resume auto continues from the newest complete checkpoint in output.dir. A run from step 0\n"
            "refuses an output.dir that holds an earlier run's checkpoints or final/ unless output.overwrite.\n"
+           "Ctrl-C (SIGINT) or SIGTERM: the step finishes, a checkpoint is written, exit 130 / 143.\n"
            "Every configuration key: docs/CONFIG.md.\n");
 }
 
@@ -44,6 +45,12 @@ int qlt_cmd_train(int argc, char **argv) {
     }
     qlt_trainer t;
     int rc = qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN);
+    if (rc == 0 && args.resume && strcmp(args.resume, "auto") == 0 &&
+        qlt_run_already_finished(cfg.output.dir, t.total_steps)) {
+        qlt_trainer_free(&t);
+        qlt_config_free(&cfg);
+        return 0;
+    }
     if (rc == 0 && !resumes_from_checkpoint(&cfg, args.resume)) /* before anything is written there */
         rc = qlt_checkpoint_claim_output(cfg.output.dir, cfg.output.overwrite);
     if (rc == 0) {
@@ -54,7 +61,8 @@ int qlt_cmd_train(int argc, char **argv) {
     }
     if (rc == 0) rc = qlt_trainer_run(&t, args.resume);
     if (rc != 0) qlt_cli_report_error();
+    int status = rc == 0 ? qlt_run_exit_status(&t) : 1; /* 130 / 143: stopped by SIGINT / SIGTERM */
     qlt_trainer_free(&t);
     qlt_config_free(&cfg);
-    return rc == 0 ? 0 : 1;
+    return status;
 }

@@ -96,6 +96,20 @@ int qlt_remove_tree(const char *path) {
     return 0;
 }
 
+/* fsync of the directory holding path, so a rename into it survives a power loss (best effort: some file
+ * systems refuse fsync on a directory, and the rename itself already happened). */
+static void fsync_parent(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *parent = slash ? qlt_xstrdup(path) : qlt_xstrdup(".");
+    if (slash) parent[slash == path ? 1 : slash - path] = '\0';
+    int fd = open(parent, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(parent);
+}
+
 int qlt_atomic_open(qlt_atomic_file *f, const char *path) {
     memset(f, 0, sizeof *f);
     f->path = qlt_xstrdup(path);
@@ -129,6 +143,7 @@ int qlt_atomic_commit(qlt_atomic_file *f) {
     if (fflush(f->fp) != 0 || fsync(fileno(f->fp)) != 0) rc = qlt_fail("%s: write failed: %s", f->tmp_path, strerror(errno));
     if (fclose(f->fp) != 0 && rc == 0) rc = qlt_fail("%s: close failed: %s", f->tmp_path, strerror(errno));
     if (rc == 0 && rename(f->tmp_path, f->path) != 0) rc = qlt_fail("%s: rename failed: %s", f->path, strerror(errno));
+    if (rc == 0) fsync_parent(f->path);
     if (rc != 0) unlink(f->tmp_path);
     atomic_release(f);
     return rc;
@@ -158,5 +173,6 @@ int qlt_commit_dir(const char *tmp_dir, const char *final_dir) {
     }
     if (rename(tmp_dir, final_dir) != 0)
         return qlt_fail("%s: cannot rename to %s: %s", tmp_dir, final_dir, strerror(errno));
+    fsync_parent(final_dir);
     return 0;
 }

@@ -32,7 +32,8 @@ int qlt_atomic_commit(qlt_atomic_file *f);
 void qlt_atomic_abort(qlt_atomic_file *f);
 /* Writes a whole buffer atomically. */
 int qlt_write_file_atomic(const char *path, const void *data, size_t n);
-/* Renames a finished temporary directory to its final name (after fsync of its files). */
+/* Renames a finished temporary directory to its final name (after fsync of its files), then fsyncs the
+ * directory holding it. */
 int qlt_commit_dir(const char *tmp_dir, const char *final_dir);
 
 #endif

@@ -236,6 +236,11 @@ int qlt_config_validate(const qlt_config *cfg) {
     if (cfg->data.eval_split > 0 && cfg->data.eval.count > 0)
         return qlt_fail("data.eval_split = %g and data.eval are both set; keep one (e.g. --set data.eval_split=0)",
                         cfg->data.eval_split);
+    if (cfg->train.early_stopping_patience > 0 && (cfg->train.eval_every <= 0 ||
+                                                   (cfg->data.eval.count == 0 && !(cfg->data.eval_split > 0))))
+        return qlt_fail("train.early_stopping_patience = %d needs evaluations: set data.eval (or data.eval_split) and "
+                        "train.eval_every > 0, or --set train.early_stopping_patience=0",
+                        cfg->train.early_stopping_patience);
     if (!cfg->output.dir || !cfg->output.dir[0])
         return qlt_fail("output.dir is empty: name a run directory (e.g. --set output.dir=runs/demo)");
     return 0;

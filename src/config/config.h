@@ -139,6 +139,8 @@ typedef struct qlt_config {
         float dequant_cache_gib; /* 0 = off: GiB that keep frozen weights dequantized (be->dequant_cache_bytes) */
         int64_t eval_every;  /* 0 = only at the end when data.eval is set */
         int eval_at_start;   /* 1: a fresh run with eval data also evaluates before step 1 */
+        int early_stopping_patience;    /* 0 = off: evals without improvement before the run ends */
+        float early_stopping_min_delta; /* 0: how much an eval loss must improve on the best to count */
         int log_every;       /* 1 */
         int threads;         /* 0 = all cores, for the CPU path */
         int cpu_reference;   /* 0: the CPU backend's fast ops; 1: its reference ops (double sums) */
@@ -147,6 +149,7 @@ typedef struct qlt_config {
         char *dir;           /* "runs/demo" */
         int64_t save_every;  /* 0 = only the final adapter */
         int keep_last;       /* 0 = keep every checkpoint */
+        int save_best;       /* 0; 1: output.dir/best/ holds the checkpoint of the lowest eval loss */
         int overwrite;       /* 0: a step-0 run refuses a dir holding an earlier run; 1: deletes it first */
         char *sample_prompt; /* "" = none: answered before training and at the end (samples.jsonl) */
         int sample_tokens;   /* 96: most new tokens of a sample answer */

@@ -178,6 +178,13 @@ static const qlt_cfg_entry schema[] = {
     BOOL_KEY("train.eval_at_start", train.eval_at_start, "false", "eval_on_start",
              "a fresh run with eval data also evaluates before its first step, so the end's eval loss has one to "
              "compare with (printed as before -> after)"),
+    INT_KEY("train.early_stopping_patience", train.early_stopping_patience, "0", "[0, inf)",
+            "patience",
+            "end the run (checkpoint + final adapter) after this many evals in a row without the eval loss improving "
+            "by train.early_stopping_min_delta over the best; 0 = off; needs eval data and train.eval_every > 0"),
+    FLOAT_KEY("train.early_stopping_min_delta", train.early_stopping_min_delta, "0", "[0, inf)",
+              "early_stopping_threshold",
+              "how much lower than the best so far an eval loss must be to count as an improvement"),
     INT_KEY("train.log_every", train.log_every, "1", "[1, inf)", "logging_steps|log_steps",
             "print metrics to stderr every N steps (metrics.jsonl gets every step)"),
     INT_KEY("train.threads", train.threads, "0", "[0, inf)", "num_threads|cpu_threads",
@@ -192,6 +199,9 @@ static const qlt_cfg_entry schema[] = {
               "save a checkpoint every N steps; 0 = only the final adapter"),
     INT_KEY("output.keep_last", output.keep_last, "0", "[0, inf)", "save_total_limit",
             "checkpoints to keep (older ones are deleted); 0 = keep them all"),
+    BOOL_KEY("output.save_best", output.save_best, "false", "load_best_model_at_end",
+             "after each eval whose loss is the lowest so far, save a full checkpoint as output.dir/best/ (never "
+             "pruned by output.keep_last)"),
     BOOL_KEY("output.overwrite", output.overwrite, "false", "overwrite_output_dir",
              "a run from step 0 into an output.dir that holds an earlier run's checkpoints or final adapter: "
              "false = refuse, true = delete them first"),

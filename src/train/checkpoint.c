@@ -13,8 +13,10 @@
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "formats/safetensors.h"
+#include "train/checkpoint_verify.h"
 
-#define TRAINER_STATE_VERSION 1
+/* 2: + files (sizes and CRC-32s), model_fingerprint, tokenizer, lora shape, best eval loss, early stopping */
+#define TRAINER_STATE_VERSION 2
 
 static char *tmp_sibling(const char *dir) {
     char *p = NULL;
@@ -53,9 +55,10 @@ static int write_optimizer(const qlt_trainer *t, const char *dir) {
     return rc;
 }
 
-static int write_state(const qlt_trainer *t, const char *dir) {
+static int write_state(const qlt_trainer *t, const char *dir, int checkpoint) {
     cJSON *s = cJSON_CreateObject();
     cJSON_AddNumberToObject(s, "format_version", TRAINER_STATE_VERSION);
+    cJSON_AddBoolToObject(s, "adapter_only", !checkpoint); /* final/: no optimizer state, not resumable */
     cJSON_AddNumberToObject(s, "step", (double)t->step);
     cJSON_AddNumberToObject(s, "total_steps", (double)t->total_steps);
     cJSON_AddNumberToObject(s, "epoch", (double)t->epoch);
@@ -69,6 +72,27 @@ static int write_state(const qlt_trainer *t, const char *dir) {
     cJSON_AddNumberToObject(s, "micro_batch", t->micro_batch);
     cJSON_AddNumberToObject(s, "grad_accum", t->grad_accum);
     cJSON_AddNumberToObject(s, "seq_len", t->seq);
+    if (isnan(t->run.best_eval_loss)) cJSON_AddNullToObject(s, "best_eval_loss");
+    else cJSON_AddNumberToObject(s, "best_eval_loss", t->run.best_eval_loss);
+    cJSON_AddNumberToObject(s, "best_step", (double)t->run.best_step);
+    cJSON_AddNumberToObject(s, "evals_without_improvement", (double)t->run.evals_without_improvement);
+    cJSON_AddBoolToObject(s, "early_stopped", t->run.early_stopped);
+    char model_fp[17], tokenizer_id[24];
+    qlt_ckpt_model_fingerprint(&t->model.cfg, model_fp);
+    qlt_ckpt_tokenizer_id(t->cfg, tokenizer_id);
+    cJSON_AddStringToObject(s, "model_fingerprint", model_fp);
+    cJSON_AddStringToObject(s, "tokenizer", tokenizer_id);
+    cJSON *lora = cJSON_AddObjectToObject(s, "lora");
+    cJSON_AddNumberToObject(lora, "r", t->lora.r);
+    cJSON_AddNumberToObject(lora, "alpha", t->lora.alpha);
+    cJSON_AddNumberToObject(lora, "targets", t->lora.targets);
+    cJSON_AddBoolToObject(lora, "rslora", t->lora.rslora);
+    cJSON *files = qlt_ckpt_files_record(dir);
+    if (!files) {
+        cJSON_Delete(s);
+        return -1;
+    }
+    cJSON_AddItemToObject(s, "files", files);
     char *text = cJSON_Print(s);
     cJSON_Delete(s);
     char *path = qlt_path_join(dir, "trainer_state.json");
@@ -92,8 +116,9 @@ static int save_dir(const qlt_trainer *t, const char *dir, int checkpoint) {
             rc = qlt_config_write_json(t->cfg, cfg_path);
             free(cfg_path);
         }
-        if (rc == 0) rc = write_state(t, tmp); /* last: its presence marks a complete checkpoint */
     }
+    /* last: its presence marks a complete checkpoint; in final/ it records the step the adapter is from */
+    if (rc == 0) rc = write_state(t, tmp, checkpoint);
     if (rc == 0) rc = replace_dir(tmp, dir);
     if (rc != 0) qlt_remove_tree(tmp);
     free(tmp);
@@ -114,6 +139,56 @@ static int state_int(const cJSON *s, const char *key, const char *path, int64_t 
     if (!(d >= 0 && d <= 9007199254740992.0) || d != floor(d))
         return qlt_fail("%s: '%s' is %g, not a whole number >= 0 (corrupt checkpoint?)", path, key, d);
     *out = (int64_t)d;
+    return 0;
+}
+
+/* Before anything is loaded: the files are the ones written (sizes, CRC-32s), and the checkpoint belongs to
+ * this run's base model, tokenizer and LoRA shape. Each refusal names dir and what differs. */
+static int check_identity(const qlt_trainer *t, const cJSON *s, const char *dir) {
+    QLT_TRY(qlt_ckpt_files_verify(dir, cJSON_GetObjectItemCaseSensitive(s, "files")));
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(s, "model_fingerprint");
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(s, "tokenizer");
+    const cJSON *lora = cJSON_GetObjectItemCaseSensitive(s, "lora");
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(lora, "r"), *alpha = cJSON_GetObjectItemCaseSensitive(lora, "alpha");
+    const cJSON *targets = cJSON_GetObjectItemCaseSensitive(lora, "targets");
+    const cJSON *rslora = cJSON_GetObjectItemCaseSensitive(lora, "rslora");
+    if (!cJSON_IsString(fp) || !cJSON_IsString(tok) || !cJSON_IsNumber(r) || !cJSON_IsNumber(alpha) ||
+        !cJSON_IsNumber(targets) || !cJSON_IsBool(rslora))
+        return qlt_fail("%s/trainer_state.json: missing model_fingerprint, tokenizer or lora {r, alpha, targets, "
+                        "rslora} (corrupt checkpoint?)", dir);
+    char model_fp[17], tokenizer_id[24];
+    qlt_ckpt_model_fingerprint(&t->model.cfg, model_fp);
+    qlt_ckpt_tokenizer_id(t->cfg, tokenizer_id);
+    if (strcmp(fp->valuestring, model_fp) != 0)
+        return qlt_fail("%s: the checkpoint was trained on another base model (fingerprint %s, model.path %s gives "
+                        "%s: a different architecture or sizes): resume with the model.path it was trained on",
+                        dir, fp->valuestring, t->cfg->model.path, model_fp);
+    if (strcmp(tok->valuestring, tokenizer_id) != 0)
+        return qlt_fail("%s: the checkpoint was trained with another tokenizer (%s, this run's is %s): resume with "
+                        "the data.tokenizer / model.path it was trained with", dir, tok->valuestring, tokenizer_id);
+    if (r->valuedouble != t->lora.r || (float)alpha->valuedouble != t->lora.alpha ||
+        targets->valuedouble != t->lora.targets || cJSON_IsTrue(rslora) != t->lora.rslora)
+        return qlt_fail("%s: the checkpoint's LoRA is r %g, alpha %g, targets 0x%x%s; this run's is r %d, alpha %g, "
+                        "targets 0x%x%s: resume with the lora settings it was trained with", dir, r->valuedouble,
+                        alpha->valuedouble, (unsigned)targets->valuedouble, cJSON_IsTrue(rslora) ? ", rslora" : "",
+                        t->lora.r, t->lora.alpha, t->lora.targets, t->lora.rslora ? ", rslora" : "");
+    return 0;
+}
+
+/* The best eval loss and the early-stopping count (early_stopped again from this run's patience, so a
+ * resume with a larger one trains on). */
+static int read_run_state(const cJSON *s, const char *path, qlt_run_state *run, int patience) {
+    const cJSON *best = cJSON_GetObjectItemCaseSensitive(s, "best_eval_loss");
+    const cJSON *best_step = cJSON_GetObjectItemCaseSensitive(s, "best_step");
+    const cJSON *bad = cJSON_GetObjectItemCaseSensitive(s, "evals_without_improvement");
+    if (!(cJSON_IsNull(best) || cJSON_IsNumber(best)) || !cJSON_IsNumber(best_step) || !cJSON_IsNumber(bad) ||
+        best_step->valuedouble < -1 || bad->valuedouble < 0)
+        return qlt_fail("%s: missing or bad best_eval_loss / best_step / evals_without_improvement (corrupt "
+                        "checkpoint?)", path);
+    run->best_eval_loss = cJSON_IsNumber(best) ? best->valuedouble : NAN;
+    run->best_step = (int64_t)best_step->valuedouble;
+    run->evals_without_improvement = (int64_t)bad->valuedouble;
+    run->early_stopped = patience > 0 && run->evals_without_improvement >= patience;
     return 0;
 }
 
@@ -141,6 +216,10 @@ int qlt_checkpoint_load(qlt_trainer *t, const char *dir) {
     if (rc == 0 && version != TRAINER_STATE_VERSION)
         rc = qlt_fail("%s: format_version %lld is not %d (written by another qlora-train version)", path,
                       (long long)version, TRAINER_STATE_VERSION);
+    if (rc == 0 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "adapter_only")))
+        rc = qlt_fail("%s holds only the adapter of a finished run, not a checkpoint: resume from a "
+                      "checkpoint-<step> directory", dir);
+    if (rc == 0) rc = check_identity(t, s, dir);
     if (rc == 0 && n_params != t->lora.n_params)
         rc = qlt_fail("%s: the checkpoint has %lld LoRA parameters but this run has %lld: lora.r / lora.targets / "
                       "model differ from the run that wrote it", path, (long long)n_params, (long long)t->lora.n_params);
@@ -156,6 +235,8 @@ int qlt_checkpoint_load(qlt_trainer *t, const char *dir) {
         fprintf(stderr, "qlora-train: warning: the checkpoint's run had %lld steps, this one has %lld: the learning "
                         "rate schedule continues with this run's length, so steps after %lld differ from the "
                         "original run\n", (long long)total, (long long)t->total_steps, (long long)step);
+    qlt_run_state run = t->run;
+    if (rc == 0) rc = read_run_state(s, path, &run, t->cfg->train.early_stopping_patience);
     cJSON_Delete(s);
     free(path);
     if (rc == 0) rc = qlt_lora_load_peft(&t->lora, dir);
@@ -181,6 +262,7 @@ int qlt_checkpoint_load(qlt_trainer *t, const char *dir) {
     t->epoch = epoch;
     t->cursor = cursor;
     t->tokens_seen = tokens;
+    t->run = run;
     return 0;
 }
 
@@ -245,12 +327,14 @@ char *qlt_checkpoint_find_latest(const char *output_dir) {
 int qlt_checkpoint_claim_output(const char *output_dir, int overwrite) {
     ckpt_entry *found;
     int n = list_checkpoints(output_dir, 0, &found); /* complete or not: both would be mixed with this run's */
-    char *final_dir = qlt_path_join(output_dir, "final");
-    if (qlt_dir_exists(final_dir)) {
-        found = qlt_xrealloc(found, sizeof *found * (size_t)(n + 1));
-        found[n++] = (ckpt_entry){INT64_MAX, final_dir};
-    } else {
-        free(final_dir);
+    for (int k = 0; k < 2; k++) { /* final/ and best/ (output.save_best) of an earlier run too */
+        char *other = qlt_path_join(output_dir, k == 0 ? "final" : "best");
+        if (qlt_dir_exists(other)) {
+            found = qlt_xrealloc(found, sizeof *found * (size_t)(n + 1));
+            found[n++] = (ckpt_entry){INT64_MAX, other};
+        } else {
+            free(other);
+        }
     }
     int rc = 0;
     if (n > 0 && !overwrite) {

@@ -572,7 +572,7 @@ static int run_eval_and_log(qlt_trainer *t, FILE *metrics) {
             (long long)t->step, loss, exp(loss), (long long)counted);
     fflush(metrics);
     fprintf(stderr, "step %lld: eval_loss %.4f (perplexity %.2f)\n", (long long)t->step, loss, exp(loss));
-    return 0;
+    return qlt_run_after_eval(t, loss);
 }
 
 /* Drops the metrics lines of steps after `step` (written by a run that went past its last checkpoint). */
@@ -633,6 +633,7 @@ static int sample_answer(qlt_trainer *t, const char *when) {
 int qlt_trainer_run(qlt_trainer *t, const char *resume) {
     const qlt_config *cfg = t->cfg;
     QLT_TRY(qlt_mkdirs(cfg->output.dir));
+    QLT_TRY(qlt_run_begin(t));
     if (resume) {
         char *dir = strcmp(resume, "auto") == 0 ? qlt_checkpoint_find_latest(cfg->output.dir) : qlt_xstrdup(resume);
         if (dir) {
@@ -670,19 +671,25 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
         rc = qlt_trainer_step(t, &m);
         if (rc != 0) break;
         report_step(metrics, t, &m);
+        int stop_signal = qlt_run_signal_caught(); /* SIGINT / SIGTERM: a checkpoint now, then stop */
         int want_eval = t->eval.n_rows > 0 && cfg->train.eval_every > 0 && t->step % cfg->train.eval_every == 0;
-        int want_save = cfg->output.save_every > 0 && t->step % cfg->output.save_every == 0;
+        int want_save = (cfg->output.save_every > 0 && t->step % cfg->output.save_every == 0) || stop_signal;
         if (want_eval || want_save) { /* graph mode: the step's own metrics first */
             rc = qlt_trainer_flush(t, &m);
             report_step(metrics, t, &m);
         }
         if (rc == 0 && want_eval) rc = run_eval_and_log(t, metrics);
-        if (rc == 0 && want_save) {
+        if (rc == 0 && (want_save || t->run.early_stopped)) {
             char *dir = checkpoint_dir(t, t->step);
             rc = qlt_checkpoint_save(t, dir);
             free(dir);
             if (rc == 0) rc = qlt_checkpoint_prune(cfg->output.dir, cfg->output.keep_last);
         }
+        if (rc == 0 && qlt_run_should_stop(t, stop_signal)) break;
+    }
+    if (t->run.stop_signal) { /* interrupted: no final adapter, the checkpoint continues it */
+        fclose(metrics);
+        return rc;
     }
     if (rc == 0) {
         rc = qlt_trainer_flush(t, &m);

@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "optim/schedule.h"
 #include "train/batch.h"
+#include "train/run_control.h"
 
 typedef struct qlt_step_metrics {
     int valid;        /* 0: no step finished yet (graph mode reports each step one call later) */
@@ -80,6 +81,7 @@ typedef struct qlt_trainer {
     qlt_tokenizer *sample_tok;
     qlt_generate_opts sample_opts;
     double eval_loss_first, eval_loss_last; /* this run's first and last eval losses (NAN: none yet) */
+    qlt_run_state run;       /* best eval loss, early stopping, the signal that stopped the run */
 } qlt_trainer;
 
 
