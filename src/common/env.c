@@ -17,6 +17,8 @@ static const struct {
     [QLT_ENV_LORA_DUDB] = {"QLT_LORA_DUDB", "debugging: the CUDA LoRA backward's du / dB: 0 two cuBLAS GEMMs a "
                                              "site, 1 the one-pass kernel (default), 2 that kernel a token block a "
                                              "launch"},
+    [QLT_ENV_SWEEP_STOP_AFTER] = {"QLT_SWEEP_STOP_AFTER", "testing: N makes `qlora-train sweep` stop (exit status 3) "
+                                                           "once N runs ended, as if interrupted, to test a restart"},
 };
 
 const char *qlt_env(qlt_env_var v) {
