@@ -63,10 +63,15 @@ static void value_label(const char *text, char *out, size_t size) {
         else snprintf(out, size, "%.6g", v);
         return;
     }
-    size_t n = 0;
-    for (const char *p = text; *p && n + 1 < size; p++) {
-        if (*p == '[' || *p == ']' || *p == ' ') continue;
-        out[n++] = *p == ',' ? '+' : *p;
+    size_t len = strlen(text), n = 0;
+    int list = len >= 2 && text[0] == '[' && text[len - 1] == ']';
+    for (size_t i = list; i < len - (size_t)list && n + 1 < size; i++) {
+        if (list && text[i] == ',') {
+            out[n++] = '+';
+            while (text[i + 1] == ' ') i++;
+        } else {
+            out[n++] = text[i];
+        }
     }
     out[n] = '\0';
 }
