@@ -67,15 +67,35 @@ static int expect_map(const char *file, const qlt_doc_node *node, const char *wh
                     qlt_doc_describe(node, desc, sizeof desc));
 }
 
+/* Drops "./" parts and folds "name/.." away, in place (configs/../runs/x -> runs/x); leading ".." stay. */
+static void tidy_path(char *path) {
+    char *parts[256], *save = NULL;
+    size_t len = strlen(path);
+    int n = 0, absolute = path[0] == '/';
+    for (char *tok = strtok_r(path, "/", &save); tok && n < 256; tok = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(tok, ".")) continue;
+        if (!strcmp(tok, "..") && n > 0 && strcmp(parts[n - 1], "..") != 0) n--;
+        else parts[n++] = tok;
+    }
+    char *out = qlt_xmalloc(len + 2), *w = out; /* never longer than path; parts point into path */
+    if (absolute) *w++ = '/';
+    for (int i = 0; i < n; i++) w += sprintf(w, "%s%s", i ? "/" : "", parts[i]);
+    if (w == out) *w++ = '.';
+    *w = '\0';
+    strcpy(path, out);
+    free(out);
+}
+
 /* A path of the sweep file: absolute as it is, else relative to the sweep file's directory. */
 static char *resolve(const char *sweep_path, const char *p) {
     const char *slash = strrchr(sweep_path, '/');
     if (p[0] == '/' || !slash) return qlt_xstrdup(p);
     size_t dir = (size_t)(slash - sweep_path), n = strlen(p);
-    char *out = qlt_xmalloc(dir + n + 2);
+    char *out = qlt_xmalloc(dir + n + 3);
     memcpy(out, sweep_path, dir);
     out[dir] = '/';
     memcpy(out + dir + 1, p, n + 1);
+    tidy_path(out);
     return out;
 }
 

@@ -176,6 +176,7 @@ static int start_run(const qlt_sweep *sw, const qlt_sweep_options *opt, int inde
     char **argv = child_argv(sw, r, opt->exe);
     fprintf(log, "%s (%s)\n", LOG_MARK, state);
     fprintf(log, "$");
+    if (s->gpu >= 0) fprintf(log, " CUDA_VISIBLE_DEVICES=%d", s->gpu);
     for (char **a = argv; *a; a++) fprintf(log, " %s", *a);
     fprintf(log, "\n");
     fflush(log);

@@ -72,6 +72,24 @@ Test(sweep, grid_is_the_product_in_order) {
     free(tmp);
 }
 
+Test(sweep, paths_are_relative_to_the_sweep_file) {
+    char *tmp = test_tmpdir();
+    char *sub = qlt_path_join(tmp, "sub");
+    cr_assert_eq(qlt_mkdirs(sub), 0);
+    char *path = write_in(sub, "s.yaml", "base: ../base.yaml\noutput: {dir: ./runs/../o}\ngrid: {lora.r: [8]}\n");
+    qlt_sweep sw;
+    load_ok(&sw, path);
+    char want[512];
+    snprintf(want, sizeof want, "%s/base.yaml", tmp);
+    cr_assert_str_eq(sw.base, want);
+    snprintf(want, sizeof want, "%s/o/r=8", sub);
+    cr_assert_str_eq(sw.runs[0].dir, want);
+    qlt_sweep_free(&sw);
+    free(path);
+    free(sub);
+    free(tmp);
+}
+
 static const char *random_file(uint64_t seed) {
     static char text[1024];
     snprintf(text, sizeof text,
@@ -462,5 +480,32 @@ Test(sweep, dry_run_help_and_errors) {
     cr_assert(strstr(out, "qlora-train: error: nobase.yaml: base: missing.yaml: cannot read"), "%s", out);
     cr_assert_eq(strchr(out, '\n') - out + 1, (long)strlen(out), "one line: %s", out);
     free(out);
+    free(tmp);
+}
+
+/* --gpus 0,1: two runs at a time, each with its GPU in CUDA_VISIBLE_DEVICES (the runs here train on the CPU, which
+ * ignores it: the scheduler is what is tested). */
+Test(sweep, gpus_run_side_by_side, .timeout = 120) {
+    char *tmp = test_tmpdir();
+    write_base(tmp);
+    free(write_in(tmp, "sweep.yaml", "base: base.yaml\noutput: {dir: out}\ngrid: {lora.r: [2, 3, 4]}\n"));
+    char *out = NULL;
+    cr_assert_eq(test_run_cli(tmp, "sweep sweep.yaml --gpus 0,1", &out), 0, "%s", out);
+    const char *a = strstr(out, "start   r=2 (1/3, new, GPU 0;"), *b = strstr(out, "start   r=3 (2/3, new, GPU 1;");
+    const char *first_done = strstr(out, "done    ");
+    cr_assert(a && b && first_done, "%s", out);
+    cr_assert(a < first_done && b < first_done, "both GPUs get a run before any run ends:\n%s", out);
+    cr_assert_null(strstr(out, "qlora-train: cpu backend"), "side by side, the runs' output goes to their logs only:\n%s",
+                   out);
+    const char *c = strstr(out, "start   r=4 (3/3, new, GPU ");
+    cr_assert(c && c > first_done, "the third run waits for a free GPU:\n%s", out);
+    free(out);
+    char *log2 = read_text(tmp, "out/r=2/train.log"), *log3 = read_text(tmp, "out/r=3/train.log");
+    cr_assert(strstr(log2, "$ CUDA_VISIBLE_DEVICES=0 /proc/self/exe train --config base.yaml --set lora.r=2 "
+                           "--set output.dir=out/r=2 --set data.cache_dir=out/cache --resume auto\n"), "%s", log2);
+    cr_assert(strstr(log3, "$ CUDA_VISIBLE_DEVICES=1 "), "%s", log3);
+    cr_assert(strstr(log3, "qlora-train: adapter written to out/r=3/final"), "%s", log3);
+    free(log2);
+    free(log3);
     free(tmp);
 }
