@@ -19,6 +19,7 @@ LAYERS = [
     ["model"],                                    # architectures, weights on a backend, LoRA, forward
     ["infer"],                                    # generation: the KV-cache decoder, sampling, text out
     ["train"],                                    # the training loop, checkpoints, device choice
+    ["sweep"],                                    # sweeps: runs of the trainer as child processes, summaries
     ["cli"],                                      # the commands
     ["main.c"],
 ]

@@ -19,6 +19,8 @@ static const struct {
                                              "launch"},
     [QLT_ENV_DECODE_GRAPH] = {"QLT_DECODE_GRAPH", "measuring: 0 runs generation's one-token steps eagerly instead "
                                                    "of replaying the captured step (CUDA)"},
+    [QLT_ENV_SWEEP_STOP_AFTER] = {"QLT_SWEEP_STOP_AFTER", "testing: N makes `qlora-train sweep` stop (exit status 3) "
+                                                           "once N runs ended, as if interrupted, to test a restart"},
 };
 
 const char *qlt_env(qlt_env_var v) {

@@ -16,6 +16,7 @@ typedef enum qlt_env_var {
     QLT_ENV_LORA_FOLD,      /* debugging: "0" adds every adapter by its own GEMMs (no LoRA group ops) */
     QLT_ENV_LORA_DUDB,      /* debugging: the LoRA backward's du / dB: 0 cuBLAS, 1 one-pass kernel, 2 chunked */
     QLT_ENV_DECODE_GRAPH,   /* measuring: "0" runs generation's one-token steps eagerly instead of as a graph */
+    QLT_ENV_SWEEP_STOP_AFTER, /* testing: "N": `sweep` starts no run after N runs ended (an interruption) */
     QLT_ENV_COUNT
 } qlt_env_var;
 

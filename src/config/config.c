@@ -351,3 +351,5 @@ int qlt_config_apply_model_fallback(qlt_config *cfg) {
     free(swap);
     return 1;
 }
+
+void qlt_config_suggest_key(const char *name, char *buf, size_t size) { qlt_cfg_suggest_key(name, buf, size); }

@@ -9,6 +9,7 @@
 #ifndef QLT_CONFIG_H
 #define QLT_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -113,6 +114,7 @@ typedef struct qlt_config {
         float eval_split;    /* 0 */
         int skip_bad;        /* 0 */
         int cache;           /* 1: cache the tokenized, packed dataset in output.dir/cache/ */
+        char *cache_dir;     /* "" = output.dir/cache; a sweep shares <sweep dir>/cache between its runs */
         int threads;         /* 0 = all cores, for tokenizing */
     } data;
     struct {
@@ -205,6 +207,9 @@ const qlt_config_key *qlt_config_key_at(int64_t i);
 const char *qlt_config_enum_text(const char *key, int value);
 /* qlt_config_print_help, to any stream. */
 void qlt_config_fprint_help(FILE *out);
+/* The did-you-mean hint that follows "unknown key 'x'": " (did you mean 'train.lr'?)" or the valid keys or
+ * sections (for other readers of config keys, such as a sweep file). */
+void qlt_config_suggest_key(const char *name, char *buf, size_t size);
 /* Deep copy: dst gets its own strings. dst's old contents are not freed (free them first if any). */
 void qlt_config_copy(qlt_config *dst, const qlt_config *src);
 /* The name of the first key whose value differs ("train.lr"), or NULL when a and b are equal. */

@@ -1,6 +1,6 @@
 /* config_doc.h: a configuration file (YAML or JSON) read into one small tree that remembers the line of
  * every key and value, so that config.c checks both formats with one piece of code and every error can
- * name "file:line". Private to src/config/config*.c. */
+ * name "file:line". Private to src/config/config*.c, and read by src/sweep for sweep files. */
 #ifndef QLT_CONFIG_DOC_H
 #define QLT_CONFIG_DOC_H
 

@@ -116,6 +116,8 @@ static const qlt_cfg_entry schema[] = {
              "skip malformed records with a warning instead of stopping at the first one"),
     BOOL_KEY("data.cache", data.cache, "true", "dataset_cache",
              "cache the tokenized, packed dataset in output.dir/cache/ and reuse it while the inputs are unchanged"),
+    STRING_KEY("data.cache_dir", data.cache_dir, "\"\"", "dataset_cache_dir",
+               "directory of the tokenized-dataset cache (\"\" = output.dir/cache; runs may share one)"),
     INT_KEY("data.threads", data.threads, "0", "[0, inf)", "num_proc|dataset_num_proc",
             "threads for tokenizing (0 = all cores)"),
 

@@ -311,7 +311,7 @@ static int list_checkpoints(const char *output_dir, int complete_only, ckpt_entr
         free(state);
     }
     closedir(d);
-    qsort(*out, (size_t)n, sizeof **out, cmp_ckpt);
+    if (n > 1) qsort(*out, (size_t)n, sizeof **out, cmp_ckpt); /* *out is NULL when n == 0 */
     return n;
 }
 

@@ -86,7 +86,9 @@ static int check_ids(const qlt_dataset *ds, const char *what, int32_t vocab, qlt
 
 static int load_datasets(qlt_trainer *t, qlt_trainer_mode mode) {
     const qlt_config *cfg = t->cfg;
-    char *cache = cfg->data.cache ? qlt_path_join(cfg->output.dir, "cache") : NULL;
+    char *cache = !cfg->data.cache ? NULL
+                  : cfg->data.cache_dir && cfg->data.cache_dir[0] ? qlt_xstrdup(cfg->data.cache_dir)
+                                                                  : qlt_path_join(cfg->output.dir, "cache");
     char *model_dir = qlt_model_dir_of(cfg->model.path);
     int rc = 0;
     qlt_tokenizer *model_tok = NULL; /* a GGUF model's own tokenizer, when data.tokenizer does not name one */
@@ -552,9 +554,10 @@ static void report_step(FILE *f, const qlt_trainer *t, const qlt_step_metrics *m
     double tokens_per_s = m->seconds > 0 ? (double)m->tokens / m->seconds : 0.0;
     fprintf(f,
             "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"tokens\": %lld, "
-            "\"tokens_per_s\": %.1f, \"counted_tokens\": %lld, \"epoch\": %.4f, \"step_time_s\": %.4f}\n",
+            "\"tokens_per_s\": %.1f, \"counted_tokens\": %lld, \"epoch\": %.4f, \"step_time_s\": %.4f, "
+            "\"peak_bytes\": %zu}\n",
             (long long)m->step, m->loss, m->grad_norm, m->lr, (long long)m->tokens_seen, tokens_per_s,
-            (long long)m->counted, m->epoch, m->seconds);
+            (long long)m->counted, m->epoch, m->seconds, t->be->peak_bytes ? t->be->peak_bytes(t->be) : (size_t)0);
     fflush(f);
     int every = t->cfg->train.log_every;
     if (every > 0 && (m->step % every == 0 || m->step == t->total_steps))
