@@ -72,7 +72,8 @@ static void text_at(cairo_t *cr, double x, double y, const char *s, double align
 
 static void format_tick(char *buf, size_t n, double v, double step, int scientific) {
     if (fabs(v) < step * 1e-6) v = 0;
-    if (scientific && v != 0) snprintf(buf, n, "%.1e", v);
+    if (scientific && v == 0) snprintf(buf, n, "0");
+    else if (scientific) snprintf(buf, n, "%.1e", v);
     else if (step >= 1) snprintf(buf, n, "%.0f", v);
     else snprintf(buf, n, "%.*f", (int)ceil(-log10(step) - 1e-9), v);
 }
