@@ -3,6 +3,7 @@
 #include "train/run_log.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,13 +65,31 @@ static FILE *open_metrics_file(const char *dir, const char *name, int64_t first_
     return f;
 }
 
+/* A fresh run's events must not sit beside an earlier run's: TensorBoard would show them as one run. */
+static int remove_old_events(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d))) {
+        if (strncmp(e->d_name, "events.out.tfevents.", 20) != 0) continue;
+        char *path = qlt_path_join(dir, e->d_name);
+        if (unlink(path) != 0) rc = qlt_fail("%s: cannot delete an earlier run's TensorBoard events file", path);
+        free(path);
+    }
+    closedir(d);
+    return rc;
+}
+
 qlt_run_log *qlt_run_log_open(const qlt_config *cfg, qlt_backend *be, int64_t first_step, int64_t total_steps) {
     qlt_run_log *log = qlt_xcalloc(1, sizeof *log);
     log->cfg = cfg;
     log->be = be;
     log->jsonl = open_metrics_file(cfg->output.dir, "metrics.jsonl", first_step, 0);
     if (log->jsonl) log->csv = open_metrics_file(cfg->output.dir, "metrics.csv", first_step, 1);
-    if (!log->jsonl || !log->csv || (cfg->output.tensorboard && qlt_tensorboard_open(&log->tb, cfg->output.dir) != 0)) {
+    int tb_ok = !cfg->output.tensorboard || ((first_step > 0 || remove_old_events(cfg->output.dir) == 0) &&
+                                             qlt_tensorboard_open(&log->tb, cfg->output.dir) == 0);
+    if (!log->jsonl || !log->csv || !tb_ok) {
         if (log->jsonl) fclose(log->jsonl);
         if (log->csv) fclose(log->csv);
         free(log);

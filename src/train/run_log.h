@@ -1,7 +1,7 @@
 /* run_log.h: everything a training run reports as it goes, behind the few calls the training loop makes:
  * metrics.jsonl and metrics.csv in output.dir (a resumed run first drops the lines of steps after the one it
- * resumed at), the TensorBoard events file (output.tensorboard), the progress on stderr (progress.h), and at
- * the end output.dir/loss.png (loss_plot.h). */
+ * resumed at), the TensorBoard events file (output.tensorboard: a fresh run deletes earlier ones, a resumed
+ * run adds one), the progress on stderr (progress.h), and at the end output.dir/loss.png (loss_plot.h). */
 #ifndef QLT_RUN_LOG_H
 #define QLT_RUN_LOG_H
 

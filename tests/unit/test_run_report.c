@@ -449,6 +449,11 @@ Test(run_report, tensorboard_events_read_back) {
     char *run = qlt_path_join(tmp, "run");
     if (asprintf(&args, "train --config %s", cfg) < 0) abort();
     cr_assert_eq(test_run_cli(NULL, args, &out), 0, "%s", out);
+    free(args);
+    free(out);
+    /* a fresh run over it (output.overwrite) leaves its own events file only */
+    if (asprintf(&args, "train --config %s --set output.overwrite=true", cfg) < 0) abort();
+    cr_assert_eq(test_run_cli(NULL, args, &out), 0, "%s", out);
     char *events = find_events_file(run);
     int n;
     tb_scalar *s = read_events(events, &n);
