@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # libopenblas-openmp-dev before libopenblas-dev: the OpenMP build of OpenBLAS is the one the meta package then
 # takes (it shares the CPU backend's OpenMP threads instead of starting threads of its own)
 packages=(cmake make gcc pkg-config libcjson-dev libyaml-dev zlib1g-dev libpcre2-dev libutf8proc-dev libcriterion-dev
-          libopenblas-openmp-dev libopenblas-dev)
+          libopenblas-openmp-dev libopenblas-dev libcairo2-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -135,6 +135,8 @@ struct qlt_backend {
     size_t (*available_bytes)(qlt_backend *be);
     /* Peak bytes of backend memory allocated so far (0 if unknown). */
     size_t (*peak_bytes)(qlt_backend *be);
+    /* Bytes of backend memory allocated now, counted as peak_bytes counts (0 if unknown; may be NULL). */
+    size_t (*live_bytes)(qlt_backend *be);
     /* Bytes that keep frozen weights dequantized now (dequant_cache_bytes; 0 when off). */
     int64_t (*dequant_cache_held)(qlt_backend *be);
     /* Measured dense bf16 GEMM rate in TFLOP/s (the MFU denominator), or NULL when not applicable. */

@@ -13,8 +13,9 @@
 static void usage(void) {
     printf("usage: qlora-train train --config FILE [--set section.key=value ...] [--resume auto|DIR]\n\n"
            "Fine-tunes LoRA adapters on the model of model.path with the data of data.train.\n"
-           "Writes output.dir/metrics.jsonl, output.dir/checkpoint-<step>/ every output.save_every steps,\n"
-           "and the final adapter (PEFT format) in output.dir/final/.\n"
+           "Writes output.dir/metrics.jsonl and metrics.csv, output.dir/checkpoint-<step>/ every\n"
+           "output.save_every steps, the final adapter (PEFT format) in output.dir/final/ and output.dir/loss.png\n"
+           "(with output.tensorboard: true also a TensorBoard events file).\n"
            "--resume auto continues from the newest complete checkpoint in output.dir. A run from step 0\n"
            "refuses an output.dir that holds an earlier run's checkpoints or final/ unless output.overwrite.\n"
            "Ctrl-C (SIGINT) or SIGTERM: the step finishes, a checkpoint is written, exit 130 / 143.\n"

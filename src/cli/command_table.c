@@ -10,6 +10,7 @@ const qlt_command qlt_commands[] = {
     {"inspect", "architecture, tensors, bytes and NF4 footprint of a model directory", qlt_cmd_inspect},
     {"tokenize", "encode text to token ids or decode ids (tokenizer.json), or benchmark the tokenizer", qlt_cmd_tokenize},
     {"bench", "tokens/s, memory, MFU and time breakdown on a random-weight model of a config.json", qlt_cmd_bench},
+    {"plot", "training and eval loss and the learning rate of runs against step: a PNG or SVG figure", qlt_cmd_plot},
     {"merge", "fold a trained adapter into its base model: a Hugging Face model directory or a GGUF file", qlt_cmd_merge},
     {"sweep", "a grid / random search over config keys: one run per value set, summary.md and summary.csv", qlt_cmd_sweep},
     {"quantize", "write a bitsandbytes 4-bit NF4 checkpoint of a model", qlt_cmd_quantize},

@@ -22,6 +22,7 @@ int qlt_cmd_quantize(int argc, char **argv);
 int qlt_cmd_bench(int argc, char **argv);
 int qlt_cmd_merge(int argc, char **argv);
 int qlt_cmd_sweep(int argc, char **argv);
+int qlt_cmd_plot(int argc, char **argv);
 /* `inspect` for a .gguf file (cmd_inspect_gguf.c); check: read every value too. */
 int qlt_cmd_inspect_gguf(const char *path, int check);
 

@@ -155,6 +155,7 @@ typedef struct qlt_config {
         int overwrite;       /* 0: a step-0 run refuses a dir holding an earlier run; 1: deletes it first */
         char *sample_prompt; /* "" = none: answered before training and at the end (samples.jsonl) */
         int sample_tokens;   /* 96: most new tokens of a sample answer */
+        int tensorboard;     /* 0; 1: also write output.dir/events.out.tfevents.* */
     } output;
 } qlt_config;
 

@@ -212,6 +212,9 @@ static const qlt_cfg_entry schema[] = {
                "before training and at the end, printed and written to output.dir/samples.jsonl; \"\" = none"),
     INT_KEY("output.sample_tokens", output.sample_tokens, "96", "[1, 4096]", "sample_max_new_tokens",
             "most new tokens of each sample answer"),
+    BOOL_KEY("output.tensorboard", output.tensorboard, "false", "report_to_tensorboard",
+             "also write the step and eval metrics as a TensorBoard events file "
+             "(output.dir/events.out.tfevents.<time>.<host>)"),
 };
 
 #define SCHEMA_COUNT ((int64_t)(sizeof schema / sizeof schema[0]))

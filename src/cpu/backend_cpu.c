@@ -54,6 +54,7 @@ static size_t cpu_available_bytes(qlt_backend *be) {
 }
 
 static size_t cpu_peak_bytes(qlt_backend *be) { return ((qlt_cpu_impl *)be->impl)->peak_bytes; }
+static size_t cpu_live_bytes(qlt_backend *be) { return ((qlt_cpu_impl *)be->impl)->live_bytes; }
 
 static double wall_ms(void) { return 1e3 * qlt_now_seconds(); }
 
@@ -253,6 +254,7 @@ qlt_backend *qlt_backend_cpu_create(int threads, int reference) {
     be->phase = qlt_cpu_phase;
     be->profile_read = cpu_profile_read;
     be->peak_bytes = cpu_peak_bytes;
+    be->live_bytes = cpu_live_bytes;
     be->dequant_cache_held = qlt_cpu_dequant_cache_held;
     be->available_bytes = cpu_available_bytes;
     be->gemm_peak_tflops = qlt_cpu_gemm_peak_tflops;

@@ -285,6 +285,7 @@ static void cuda_profile_read(qlt_backend *be, double ms[QLT_PHASE_COUNT]) {
 }
 
 static size_t cuda_peak_bytes(qlt_backend *be) { return qlt_cuda_peak_memory(be); }
+static size_t cuda_live_bytes(qlt_backend *be) { return cuda_impl_of(be)->mem_current; }
 
 static size_t cuda_available_bytes(qlt_backend *be) {
     size_t free_b = 0, total = 0;
@@ -426,6 +427,7 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->phase = cuda_phase;
     be->profile_read = cuda_profile_read;
     be->peak_bytes = cuda_peak_bytes;
+    be->live_bytes = cuda_live_bytes;
     be->dequant_cache_held = qlt_cuda_cache_bytes;
     be->available_bytes = cuda_available_bytes;
     be->gemm_peak_tflops = cuda_gemm_peak_tflops;

@@ -22,6 +22,7 @@
 #include "model/forward.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
+#include "train/run_log.h"
 #include "train/run_tokenizer.h"
 
 static uint64_t mix64(uint64_t a, uint64_t b) {
@@ -522,6 +523,10 @@ int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *out) {
     return graph_step(t, out);
 }
 
+int64_t qlt_trainer_eval_batches(const qlt_trainer *t, const qlt_dataset *ds) {
+    return (ds->n_rows + t->micro_batch - 1) / t->micro_batch;
+}
+
 int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, int64_t *counted_out) {
     qlt_backend *be = t->be;
     qlt_optim_scalars s = {0};
@@ -534,6 +539,8 @@ int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, in
                               .loss_scratch = t->loss_scratch, .recompute = t->checkpointing ? &t->recompute : NULL};
         qlt_graph_begin_plan(&t->graph, 0, QLT_PLAN_EVAL);
         qlt_forward(&t->graph, &t->model, &t->bbs[0].dev, &o);
+        if (t->eval_progress)
+            t->eval_progress(t->eval_progress_ctx, first / t->micro_batch + 1, qlt_trainer_eval_batches(t, ds));
     }
     be->download(be, &s, t->scalars, sizeof s);
     if (counted == 0) return qlt_fail("evaluation data has no tokens with labels (every label is -100)");
@@ -548,59 +555,24 @@ static char *checkpoint_dir(const qlt_trainer *t, int64_t step) {
     return qlt_path_join(t->cfg->output.dir, name);
 }
 
-/* One metrics.jsonl line (and, every train.log_every steps, a stderr line) for a finished step. */
-static void report_step(FILE *f, const qlt_trainer *t, const qlt_step_metrics *m) {
-    if (!m->valid) return;
-    double tokens_per_s = m->seconds > 0 ? (double)m->tokens / m->seconds : 0.0;
-    fprintf(f,
-            "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"tokens\": %lld, "
-            "\"tokens_per_s\": %.1f, \"counted_tokens\": %lld, \"epoch\": %.4f, \"step_time_s\": %.4f, "
-            "\"peak_bytes\": %zu}\n",
-            (long long)m->step, m->loss, m->grad_norm, m->lr, (long long)m->tokens_seen, tokens_per_s,
-            (long long)m->counted, m->epoch, m->seconds, t->be->peak_bytes ? t->be->peak_bytes(t->be) : (size_t)0);
-    fflush(f);
-    int every = t->cfg->train.log_every;
-    if (every > 0 && (m->step % every == 0 || m->step == t->total_steps))
-        fprintf(stderr, "step %lld/%lld  loss %.4f  grad_norm %.4f  lr %.3g  %.0f tokens/s\n", (long long)m->step,
-                (long long)t->total_steps, m->loss, m->grad_norm, m->lr, tokens_per_s);
+/* A finished step into the run's logs and progress (src/train/run_log.c). */
+static void report_step(qlt_run_log *log, const qlt_trainer *t, const qlt_step_metrics *m) {
+    qlt_run_log_step(log, m);
 }
 
-static int run_eval_and_log(qlt_trainer *t, FILE *metrics) {
+static int run_eval_and_log(qlt_trainer *t, qlt_run_log *metrics) {
     double loss;
     int64_t counted;
-    QLT_TRY(qlt_trainer_evaluate(t, &t->eval, &loss, &counted));
+    qlt_run_log_eval_begin(metrics, t->step, t->eval.n_rows, qlt_trainer_eval_batches(t, &t->eval));
+    t->eval_progress = qlt_run_log_eval_progress;
+    t->eval_progress_ctx = metrics;
+    int rc = qlt_trainer_evaluate(t, &t->eval, &loss, &counted);
+    t->eval_progress = NULL;
+    if (rc != 0) return rc;
     if (isnan(t->eval_loss_first)) t->eval_loss_first = loss;
     t->eval_loss_last = loss;
-    fprintf(metrics, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_perplexity\": %.9g, \"eval_tokens\": %lld}\n",
-            (long long)t->step, loss, exp(loss), (long long)counted);
-    fflush(metrics);
-    fprintf(stderr, "step %lld: eval_loss %.4f (perplexity %.2f)\n", (long long)t->step, loss, exp(loss));
+    qlt_run_log_eval(metrics, t->step, loss, counted);
     return qlt_run_after_eval(t, loss);
-}
-
-/* Drops the metrics lines of steps after `step` (written by a run that went past its last checkpoint). */
-static int truncate_metrics(const char *path, int64_t step) {
-    char *text = NULL;
-    size_t len = 0;
-    if (!qlt_file_exists(path)) return 0;
-    QLT_TRY(qlt_read_file(path, &text, &len));
-    char *kept = qlt_xmalloc(len + 1);
-    size_t n = 0;
-    for (char *line = text; *line;) {
-        char *end = strchr(line, '\n');
-        size_t l = end ? (size_t)(end - line + 1) : strlen(line);
-        const char *k = strstr(line, "\"step\": ");
-        long long s = k && k < line + l ? atoll(k + 8) : 0;
-        if (s <= step) {
-            memcpy(kept + n, line, l);
-            n += l;
-        }
-        line += l;
-    }
-    int rc = qlt_write_file_atomic(path, kept, n);
-    free(kept);
-    free(text);
-    return rc;
 }
 
 /* output.sample_prompt answered by the model as it is now (greedy), printed and appended to samples.jsonl. */
@@ -651,19 +623,10 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
             fprintf(stderr, "qlora-train: no checkpoint in %s: starting from step 0\n", cfg->output.dir);
         }
     }
-    char *metrics_path = qlt_path_join(cfg->output.dir, "metrics.jsonl");
-    /* a fresh run starts a fresh log; a resumed run keeps the lines of the steps it resumed after */
-    if (t->step > 0 && truncate_metrics(metrics_path, t->step) != 0) {
-        free(metrics_path);
-        return -1;
-    }
-    FILE *metrics = fopen(metrics_path, t->step > 0 ? "a" : "w");
-    if (!metrics) {
-        qlt_fail("%s: cannot write", metrics_path);
-        free(metrics_path);
-        return -1;
-    }
-    free(metrics_path);
+    /* metrics.jsonl / .csv, TensorBoard, progress: a fresh run starts fresh logs; a resumed run keeps the lines
+     * of the steps it resumed after */
+    qlt_run_log *metrics = qlt_run_log_open(cfg, t->be, t->step, t->total_steps);
+    if (!metrics) return -1;
     fprintf(stderr, "qlora-train: %s backend, %lld trainable parameters, %lld rows of %d tokens, %lld steps\n",
             t->be->name, (long long)t->lora.n_params, (long long)t->train.n_rows, t->seq, (long long)t->total_steps);
     int rc = 0;
@@ -685,13 +648,14 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
         if (rc == 0 && (want_save || t->run.early_stopped)) {
             char *dir = checkpoint_dir(t, t->step);
             rc = qlt_checkpoint_save(t, dir);
+            if (rc == 0) qlt_run_log_saved(metrics, t->step, dir);
             free(dir);
             if (rc == 0) rc = qlt_checkpoint_prune(cfg->output.dir, cfg->output.keep_last);
         }
         if (rc == 0 && qlt_run_should_stop(t, stop_signal)) break;
     }
     if (t->run.stop_signal) { /* interrupted: no final adapter, the checkpoint continues it */
-        fclose(metrics);
+        qlt_run_log_close(metrics, rc == 0); /* the loss plot of the steps so far */
         return rc;
     }
     if (rc == 0) {
@@ -700,7 +664,7 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
     }
     if (rc == 0 && t->eval.n_rows > 0 && !(cfg->train.eval_every > 0 && t->step % cfg->train.eval_every == 0))
         rc = run_eval_and_log(t, metrics);
-    fclose(metrics);
+    qlt_run_log_close(metrics, rc == 0);
     if (rc == 0 && t->sample_tok) rc = sample_answer(t, "after training");
     if (rc != 0) return rc;
     char *final_dir = qlt_path_join(cfg->output.dir, "final");

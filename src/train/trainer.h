@@ -82,6 +82,9 @@ typedef struct qlt_trainer {
     qlt_generate_opts sample_opts;
     double eval_loss_first, eval_loss_last; /* this run's first and last eval losses (NAN: none yet) */
     qlt_run_state run;       /* best eval loss, early stopping, the signal that stopped the run */
+    /* called after each micro-batch of qlt_trainer_evaluate when set (the run's progress line) */
+    void (*eval_progress)(void *ctx, int64_t done, int64_t total);
+    void *eval_progress_ctx;
 } qlt_trainer;
 
 
@@ -95,6 +98,8 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
 int qlt_trainer_step(qlt_trainer *t, qlt_step_metrics *m);
 /* Graph mode: waits for the last enqueued step and returns its metrics (m->valid 0 when none). */
 int qlt_trainer_flush(qlt_trainer *t, qlt_step_metrics *m);
+/* Micro-batches qlt_trainer_evaluate runs over ds. */
+int64_t qlt_trainer_eval_batches(const qlt_trainer *t, const qlt_dataset *ds);
 /* Mean loss over every counted token of ds (no gradients). */
 int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, int64_t *counted);
 /* The whole run: resume (NULL, "auto" or a dir), steps, metrics, checkpoints, final adapter. */

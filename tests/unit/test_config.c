@@ -348,7 +348,7 @@ Test(config, unknown_key_suggests_nearest) {
 
 Test(config, unknown_key_lists_section_keys_when_nothing_is_close) {
     expect_load_error("far.yaml", "output:\n  zzzzzzzzzz: 1\n",
-                      ":2: unknown key 'output.zzzzzzzzzz' (valid keys in output: dir, save_every, keep_last, save_best, overwrite, sample_prompt, sample_tokens)");
+                      ":2: unknown key 'output.zzzzzzzzzz' (valid keys in output: dir, save_every, keep_last, save_best, overwrite, sample_prompt, sample_tokens, tensorboard)");
 }
 
 Test(config, unknown_section) {
