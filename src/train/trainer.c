@@ -22,6 +22,8 @@
 #include "model/forward.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
+#include "train/input_files.h"
+#include "train/eval_data.h"
 #include "train/run_tokenizer.h"
 
 static uint64_t mix64(uint64_t a, uint64_t b) {
@@ -104,10 +106,11 @@ static int load_datasets(qlt_trainer *t, qlt_trainer_mode mode) {
     }
     if (rc == 0 && cfg->data.eval.count > 0)
         rc = qlt_dataset_build_with(&t->eval, cfg, &cfg->data.eval, model_dir, model_tok, cache);
-    if (rc == 0 && mode == QLT_TRAINER_EVAL && t->eval.n_rows == 0) {
+    if (rc == 0 && mode == QLT_TRAINER_EVAL && t->eval.n_rows == 0) { /* training's eval data: data.eval_split */
         if (cfg->data.train.count > 0)
-            rc = qlt_dataset_build_with(&t->eval, cfg, &cfg->data.train, model_dir, model_tok, cache);
+            rc = qlt_dataset_build_with(&t->train, cfg, &cfg->data.train, model_dir, model_tok, cache);
         else rc = qlt_fail("nothing to evaluate: set data.eval (or data.train) to a .jsonl file");
+        if (rc == 0) rc = qlt_eval_rows_of_train(&t->train, &t->eval, cfg->data.eval_split, cfg->train.seed);
     }
     qlt_tokenizer_free(model_tok);
     free(cache);
@@ -232,6 +235,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     if (!cfg->model.path || !cfg->model.path[0])
         return qlt_fail("model.path is empty: set it to a Hugging Face model directory, a .gguf file or random:CONFIG.json, "
                         "e.g. --set model.path=/models/Qwen2.5-7B");
+    QLT_TRY(qlt_check_input_files(cfg, mode == QLT_TRAINER_TRAIN)); /* a missing file fails before the model loads */
     t->be = qlt_device_backend_create(cfg->train.device, cfg->train.threads, cfg->train.cpu_reference);
     if (!t->be) return -1;
     if (strcmp(t->be->name, "cuda") == 0) {
@@ -269,7 +273,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         t->be->max_row_examples = train_most > eval_most ? train_most : eval_most;
     }
     /* graphs: every micro-batch of a step has its own buffers (the captured step reads fixed addresses) */
-    t->graph_mode = mode == QLT_TRAINER_TRAIN && (cfg->train.cuda_graph || qlt_env_flag(QLT_ENV_CUDA_GRAPH));
+    t->graph_mode = mode == QLT_TRAINER_TRAIN && cfg->train.cuda_graph; /* CUDA_GRAPH: qlt_config_apply_env */
     if (t->graph_mode && !t->be->capture_begin) {
         fprintf(stderr, "qlora-train: the %s backend has no graphs: train.cuda_graph ignored\n", t->be->name);
         t->graph_mode = 0;
@@ -524,8 +528,9 @@ int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, in
     qlt_backend *be = t->be;
     qlt_optim_scalars s = {0};
     be->upload(be, t->scalars, &s, sizeof s);
-    int64_t counted = 0;
+    int64_t counted = 0, n_batches = (ds->n_rows + t->micro_batch - 1) / t->micro_batch;
     for (int64_t first = 0; first < ds->n_rows; first += t->micro_batch) {
+        if (t->eval_progress && n_batches > 4) qlt_eval_progress(be, t->scalars, first / t->micro_batch, n_batches);
         stage_rows(t, ds, NULL, first);
         counted += qlt_batch_upload(&t->bbs[0], be, t->stage_ids, t->stage_labels, t->stage_seg);
         qlt_forward_opts o = {.lora = t->has_lora ? &t->lora : NULL, .train = 0, .scalars = t->scalars,
@@ -534,6 +539,7 @@ int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, in
         qlt_forward(&t->graph, &t->model, &t->bbs[0].dev, &o);
     }
     be->download(be, &s, t->scalars, sizeof s);
+    if (t->eval_progress && n_batches > 4) qlt_eval_progress(be, NULL, n_batches, n_batches);
     if (counted == 0) return qlt_fail("evaluation data has no tokens with labels (every label is -100)");
     *loss = s.loss_sum / (double)counted;
     if (counted_out) *counted_out = counted;

@@ -80,6 +80,7 @@ typedef struct qlt_trainer {
     qlt_tokenizer *sample_tok;
     qlt_generate_opts sample_opts;
     double eval_loss_first, eval_loss_last; /* this run's first and last eval losses (NAN: none yet) */
+    int eval_progress;       /* 1: qlt_trainer_evaluate prints "eval: batch i/n" to stderr as it goes (eval command) */
 } qlt_trainer;
 
 
