@@ -4,7 +4,7 @@
 #include "cli/commands.h"
 
 const qlt_command qlt_commands[] = {
-    {"train", "fine-tune LoRA adapters (--config FILE, --resume auto|DIR)", qlt_cmd_train, qlt_train_options},
+    {"train", "fine-tune LoRA adapters (--config FILE, --resume auto|DIR, --dry-run)", qlt_cmd_train, qlt_train_options},
     {"eval", "loss and perplexity of a model (+ adapter) on a dataset", qlt_cmd_eval, qlt_eval_options},
     {"generate", "text from the model (+ adapter) for a prompt: greedy or sampled, KV cache, streamed", qlt_cmd_generate, qlt_generate_options},
     {"inspect", "architecture, tensors, bytes and NF4 footprint of a model directory", qlt_cmd_inspect, qlt_inspect_options},

@@ -8,6 +8,7 @@
 
 #include "common/fileutil.h"
 #include "test_cli_util.h"
+#include "test_util.h"
 
 /* The line of the dry run's config listing for `key`, up to its end (heap), or NULL. */
 static char *key_line(const char *out, const char *key) {
@@ -67,4 +68,30 @@ Test(cli_dry_run, packing_efficiency_counts_padding) {
     free(out);
     qlt_remove_tree(dir);
     free(dir);
+}
+
+/* configs/demo.yaml does not set output.overwrite (a copy of it must not delete an earlier run's checkpoints),
+ * and the README's demo command (which adds --set output.overwrite=true) runs twice into the same directory. */
+Test(cli_dry_run, demo_runs_twice_without_overwrite_in_the_file) {
+    char *text = NULL;
+    cr_assert_eq(qlt_read_file(QLT_TEST_DATA "/../../configs/demo.yaml", &text, NULL), 0);
+    cr_expect(!strstr(text, "\n  overwrite:"), "configs/demo.yaml sets output.overwrite");
+    free(text);
+    cr_assert_eq(qlt_read_file(QLT_TEST_DATA "/../../README.md", &text, NULL), 0);
+    const char *command = "build/qlora-train train --config configs/demo.yaml --set output.overwrite=true";
+    cr_expect(strstr(text, command), "the README's demo command is not `%s`", command);
+    free(text);
+    char *tmp = test_tmpdir(), *args = NULL, *out = NULL;
+    /* the README's command, kept short: the random demo model, two steps, a fresh output.dir */
+    if (asprintf(&args, "%s --set model.path=random:examples/demo-model/config.json --set train.device=cpu "
+                 "--set train.max_steps=2 --set output.dir=%s/run --set output.sample_prompt= --set data.seq_len=64",
+                 command + strlen("build/qlora-train "), tmp) < 0)
+        abort();
+    for (int run = 0; run < 2; run++) {
+        cr_assert_eq(cli_run(args, &out), 0, "run %d: %s", run + 1, out);
+        free(out);
+    }
+    free(args);
+    qlt_remove_tree(tmp);
+    free(tmp);
 }
