@@ -357,5 +357,7 @@ int qlt_config_apply_model_fallback(qlt_config *cfg) {
     char *swap = cfg->model.path;
     cfg->model.path = qlt_xstrdup(fallback);
     free(swap);
+    /* the value now comes from where model.fallback was set */
+    cfg->origin[qlt_cfg_find("model.path") - qlt_cfg_at(0)] = cfg->origin[qlt_cfg_find("model.fallback") - qlt_cfg_at(0)];
     return 1;
 }

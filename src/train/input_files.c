@@ -18,7 +18,7 @@ static int readable_file(const char *key, const char *path, const char *hint) {
     struct stat st;
     const char *why = NULL;
     if (stat(path, &st) != 0) why = strerror(errno);
-    else if (S_ISDIR(st.st_mode)) why = "is a directory, not a file";
+    else if (S_ISDIR(st.st_mode)) why = "is a directory, expected a file";
     else if (access(path, R_OK) != 0) why = strerror(errno);
     if (!why) return 0;
     return qlt_fail("%s: %s: %s%s%s%s", key, path, why, hint ? " (" : "", hint ? hint : "", hint ? ")" : "");
@@ -30,8 +30,10 @@ static int check_list(const char *key, const qlt_path_list *files) {
 }
 
 static int check_model(const char *path) {
-    if (!strncmp(path, "random:", 7))
-        return path[7] ? readable_file("model.path", path + 7, "random: takes a config.json") : 0;
+    if (!strncmp(path, "random:", 7)) {
+        if (!path[7]) return qlt_fail("model.path '%s' names no config.json: use random:path/to/config.json", path);
+        return readable_file("model.path", path + 7, "random: takes a config.json");
+    }
     struct stat st;
     if (stat(path, &st) != 0)
         return qlt_fail("model.path: %s: %s (a Hugging Face model directory, a .gguf file or random:CONFIG.json)",

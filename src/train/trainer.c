@@ -235,7 +235,6 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     if (!cfg->model.path || !cfg->model.path[0])
         return qlt_fail("model.path is empty: set it to a Hugging Face model directory, a .gguf file or random:CONFIG.json, "
                         "e.g. --set model.path=/models/Qwen2.5-7B");
-    QLT_TRY(qlt_check_input_files(cfg, mode == QLT_TRAINER_TRAIN)); /* a missing file fails before the model loads */
     t->be = qlt_device_backend_create(cfg->train.device, cfg->train.threads, cfg->train.cpu_reference);
     if (!t->be) return -1;
     if (strcmp(t->be->name, "cuda") == 0) {
@@ -257,6 +256,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     if (mode == QLT_TRAINER_TRAIN && cfg->output.sample_prompt && cfg->output.sample_prompt[0] &&
         open_sample_tokenizer(t) != 0)
         goto fail;
+    if (qlt_check_input_files(cfg, mode == QLT_TRAINER_TRAIN) != 0) goto fail; /* fails fast, before the model loads */
     double load_start = qlt_now_seconds();
     if (load_model_and_adapter(t, mode) != 0) goto fail;
     if (t->model.cfg.sliding_window > 0 && t->seq > t->model.cfg.sliding_window) {
