@@ -31,7 +31,7 @@ Test(cli_inputs, missing_tokenizer_fails_before_the_model_loads) {
                           "No such file or directory"),
               "%s", out);
     cr_expect(!strstr(out, "model loaded"), "the model was loaded first: %s", out);
-    cr_expect(seconds < 3.0, "%.2f s", seconds);
+    cr_expect(seconds < 10.0, "%.2f s: the check runs before the model loads", seconds);
     free(args);
     free(out);
     /* data.tokenizer named but missing; a data file missing */
