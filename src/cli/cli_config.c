@@ -8,36 +8,41 @@
 
 #include "common/error.h"
 
-int qlt_cli_load_config(int argc, char **argv, int allow_resume, qlt_cli_args *args, qlt_config *cfg) {
+int qlt_cli_load_config(const char *cmd, int argc, char **argv, const qlt_cli_option *opts, qlt_cli_args *args,
+                        qlt_config *cfg) {
     memset(args, 0, sizeof *args);
     qlt_config_defaults(cfg);
     /* the file first, then every --set in order, whatever their position on the command line */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+    int i = 0, k;
+    const char *v;
+    while ((k = qlt_cli_next(cmd, opts, argc, argv, &i, &v)) != QLT_CLI_END) {
+        if (k == QLT_CLI_ERROR) return -1;
+        if (k == QLT_CLI_HELP) {
             args->help = 1;
             return 0;
         }
-        if (strcmp(a, "--config") == 0 || strcmp(a, "--set") == 0 || strcmp(a, "--resume") == 0) {
-            if (i + 1 >= argc) return qlt_fail("%s needs a value", a);
-            if (strcmp(a, "--config") == 0) {
-                if (args->config_path) return qlt_fail("--config given twice");
-                args->config_path = argv[i + 1];
-            } else if (strcmp(a, "--resume") == 0) {
-                if (!allow_resume) return qlt_fail("--resume only applies to `qlora-train train`");
-                args->resume = argv[i + 1];
-            }
-            i++;
+        if (k == QLT_CLI_POSITIONAL) {
+            if (args->n_positional == 2) return qlt_fail("%s: unexpected argument '%s' (see `qlora-train %s --help`)", cmd, v, cmd);
+            args->positional[args->n_positional++] = v;
             continue;
         }
-        return qlt_fail("unknown option '%s' (options: --config FILE, --set section.key=value%s)", a,
-                        allow_resume ? ", --resume auto|DIR" : "");
+        const char *name = opts[k].name;
+        if (!strcmp(name, "--config")) {
+            if (args->config_path) return qlt_fail("--config given twice");
+            args->config_path = v;
+        } else if (!strcmp(name, "--resume")) {
+            args->resume = v;
+        } else if (!strcmp(name, "--adapter")) {
+            args->adapter = v;
+        } else if (!strcmp(name, "--dry-run")) {
+            args->dry_run = 1;
+        }
     }
     if (args->config_path) QLT_TRY(qlt_config_load_file(cfg, args->config_path));
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--set") == 0) QLT_TRY(qlt_config_set(cfg, argv[i + 1]));
-        if (strcmp(argv[i], "--set") == 0 || strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--resume") == 0) i++;
-    }
+    QLT_TRY(qlt_config_apply_env(cfg));
+    i = 0;
+    while ((k = qlt_cli_next(cmd, opts, argc, argv, &i, &v)) >= 0 || k == QLT_CLI_POSITIONAL)
+        if (k >= 0 && !strcmp(opts[k].name, "--set")) QLT_TRY(qlt_config_set(cfg, v));
     QLT_TRY(qlt_config_validate(cfg));
     qlt_config_apply_model_fallback(cfg);
     return 0;

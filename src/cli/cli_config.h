@@ -5,17 +5,26 @@
 
 #include <stdint.h>
 
+#include "cli/cli_options.h"
 #include "config/config.h"
 
 typedef struct qlt_cli_args {
     const char *config_path; /* NULL: defaults only */
     const char *resume;      /* --resume auto|DIR (train) */
+    const char *adapter;     /* --adapter DIR (eval, generate, merge) */
+    int dry_run;             /* --dry-run (train) */
     int help;
+    const char *positional[2]; /* arguments that are not options, in order */
+    int n_positional;
 } qlt_cli_args;
 
-/* Parses argv (argv[0] = command). Fills cfg (defaults, file, --set in order) and validates it.
- * allow_resume: accept --resume. Returns 0, or -1 with qlt_fail (unknown option, bad value, ...). */
-int qlt_cli_load_config(int argc, char **argv, int allow_resume, qlt_cli_args *args, qlt_config *cfg);
+/* Parses argv (argv[0] = command `cmd`) with the command's option table (cli_options.h): --config, --set,
+ * --resume, --adapter and --dry-run are read here, the table's other options are skipped (the command reads
+ * them), anything not in the table is an error. Fills cfg in layers (defaults, the file, the environment
+ * variables that mirror keys, every --set in order), records where each value came from, validates it.
+ * Returns 0, or -1 with qlt_fail (unknown option, bad value, ...). */
+int qlt_cli_load_config(const char *cmd, int argc, char **argv, const qlt_cli_option *opts, qlt_cli_args *args,
+                        qlt_config *cfg);
 
 /* A command-line flag's integer value in [min, max]: 0, or -1 with "FLAG: expected an integer in [min, max],
  * got 'V'". */

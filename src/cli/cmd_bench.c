@@ -29,6 +29,29 @@ typedef struct bench_opts {
     int decode, prompt_len; /* --decode N: the generation benchmark instead (bench_decode.c) */
 } bench_opts;
 
+const qlt_cli_option qlt_bench_options[] = {
+    {"--model", "CONFIG.json", NULL, "the architecture (a Hugging Face config.json; random weights) (required)"},
+    {"--micro-batch", "N", "4", "sequences a step"},
+    {"--seq", "N", "2048", "tokens a sequence"},
+    {"--steps", "N", "10", "measured steps"},
+    {"--warmup", "N", "3", "steps run before the measured ones"},
+    {"--r", "N", "16", "LoRA rank (alpha = 2r, all seven projections)"},
+    {"--quant", "nf4|none", "nf4", "model.quant"},
+    {"--device", "auto|cpu|cuda", "auto", "train.device"},
+    {"--backward-a", "bf16|fp16|fp32", "bf16", "train.backward_a"},
+    {"--grad-checkpoint", "none|layer|auto", "none", "train.grad_checkpoint"},
+    {"--attention", "auto|own|cudnn", "auto", "train.attention"},
+    {"--cuda-graph", NULL, "off (or the CUDA_GRAPH environment variable)", "train.cuda_graph: true"},
+    {"--deterministic", NULL, "off", "train.deterministic: true"},
+    {"--dequant-cache", "GIB", "0", "train.dequant_cache_gib"},
+    {"--threads", "N", "0 (all cores)", "train.threads (CPU)"},
+    {"--cpu-reference", NULL, "off", "train.cpu_reference: the CPU's double-summing reference ops"},
+    {"--json", NULL, "off", "one JSON line instead of the text report"},
+    {"--decode", "N", "off", "the generation benchmark instead: N new tokens one a step (greedy, KV cache)"},
+    {"--prompt-len", "N", "128", "--decode: tokens of the random prompt"},
+    {NULL, NULL, NULL, NULL},
+};
+
 static void usage(void) {
     printf("usage: qlora-train bench --model CONFIG.json [--micro-batch 4] [--seq 2048] [--steps 10] [--warmup 3]\n"
            "                         [--r 16] [--quant nf4|none] [--device auto|cpu|cuda] [--backward-a bf16|fp16|fp32]\n"
@@ -46,6 +69,7 @@ static void usage(void) {
            "--decode N: generation instead: a random prompt of --prompt-len tokens, then N tokens one a step (greedy,\n"
            "KV cache, as `generate`); prints tokens/s and the bandwidth a step reaches against the device's copy\n"
            "bandwidth.\n");
+    qlt_cli_print_options(stdout, qlt_bench_options);
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
@@ -133,7 +157,7 @@ static int run_bench(const bench_opts *o, const char *tmp) {
              set_fmt(&cfg, "train.max_steps=%d", o->warmup + o->steps) || set_fmt(&cfg, "train.lr=1e-4") ||
              set_fmt(&cfg, "train.backward_a=%s", o->backward_a) ||
              set_fmt(&cfg, "train.grad_checkpoint=%s", o->grad_checkpoint) ||
-             set_fmt(&cfg, "train.cuda_graph=%s", o->cuda_graph ? "true" : "false") ||
+             (o->cuda_graph ? set_fmt(&cfg, "train.cuda_graph=true") : qlt_config_apply_env(&cfg)) ||
              set_fmt(&cfg, "train.deterministic=%s", o->deterministic ? "true" : "false") ||
              set_fmt(&cfg, "train.attention=%s", o->attention) ||
              set_fmt(&cfg, "train.dequant_cache_gib=%s", o->dequant_cache) ||

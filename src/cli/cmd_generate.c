@@ -30,6 +30,28 @@ typedef struct gen_args {
     qlt_sample_opts sample;
 } gen_args;
 
+const qlt_cli_option qlt_generate_options[] = {
+    QLT_CLI_OPT_CONFIG,
+    QLT_CLI_OPT_SET,
+    {"--adapter", "DIR", "lora.init_from", "the PEFT adapter to generate with (e.g. runs/demo/final)"},
+    {"--prompt", "TEXT", NULL, "one prompt; the text is streamed to stdout as it is generated"},
+    {"--prompts", "FILE.jsonl", NULL,
+     "one prompt a line ({\"prompt\": \"...\"} or a JSON string); prints one JSON line per prompt: "
+     "{\"prompt\", \"completion\", \"new_tokens\", \"stop\"}"},
+    {"--prompt-ids", "IDS", NULL,
+     "token ids (1,2,3) instead of text (no tokenizer needed); prints {\"ids\": [the new ids], \"stop\"}"},
+    {"--max-new-tokens", "N", "256", "at most N new tokens"},
+    {"--temperature", "T", "0 (greedy)", "> 0 samples"},
+    {"--top-k", "K", "0 (all)", "keep the K most likely tokens"},
+    {"--top-p", "P", "1 (all)", "keep the most likely tokens up to probability P"},
+    {"--repetition-penalty", "R", "1 (off)", "penalize tokens already present"},
+    {"--seed", "S", "train.seed", "the sampling seed"},
+    {"--chat", NULL, "when the tokenizer has a chat template", "the prompt as a user turn of the chat template"},
+    {"--raw", NULL, "when the tokenizer has no chat template", "the prompt as plain text"},
+    {"--system", "TEXT", "none", "a system turn before the prompt (--chat)"},
+    {NULL, NULL, NULL, NULL},
+};
+
 static void usage(void) {
     printf("usage: qlora-train generate --config FILE [--set section.key=value ...] [--adapter DIR]\n"
            "                            (--prompt TEXT | --prompts FILE.jsonl) [--max-new-tokens N]\n"
@@ -37,21 +59,8 @@ static void usage(void) {
            "                            [--chat | --raw] [--system TEXT]\n"
            "       qlora-train generate --config FILE --prompt-ids 1,2,3 [--max-new-tokens N ...]\n\n"
            "Generates with model.path (+ the PEFT adapter of --adapter, else lora.init_from) on train.device.\n"
-           "  --prompt TEXT          one prompt; the text is streamed to stdout as it is generated\n"
-           "  --prompts FILE.jsonl   one prompt a line ({\"prompt\": \"...\"} or a JSON string); prints one JSON\n"
-           "                         line per prompt: {\"prompt\", \"completion\", \"new_tokens\", \"stop\"}\n"
-           "  --max-new-tokens N     at most N new tokens (default 256)\n"
-           "  --temperature T        0 = greedy (default); > 0 samples\n"
-           "  --top-k K              keep the K most likely tokens (default 0 = all)\n"
-           "  --top-p P              keep the most likely tokens up to probability P (default 1 = all)\n"
-           "  --repetition-penalty R penalize tokens already present (default 1 = off)\n"
-           "  --seed S               the sampling seed (default train.seed)\n"
-           "  --chat / --raw         the prompt as a user turn of the chat template (default when the tokenizer\n"
-           "                         has one) / as plain text\n"
-           "  --system TEXT          a system turn before the prompt (--chat)\n"
-           "  --prompt-ids IDS       token ids instead of text (no tokenizer needed); prints one JSON line\n"
-           "                         {\"ids\": [the new ids], \"stop\"}; stops at --max-new-tokens\n"
            "Tokens/s of the prompt and of the generation are printed to stderr.\n");
+    qlt_cli_print_options(stdout, qlt_generate_options);
 }
 
 static int parse_float(const char *flag, const char *v, float *out) {
@@ -76,11 +85,8 @@ static int parse_args(int argc, char **argv, gen_args *g, char **rest, int *n_re
         int takes_value = 1;
         if (strcmp(a, "--chat") == 0) g->chat = 1, takes_value = 0;
         else if (strcmp(a, "--raw") == 0) g->chat = 0, takes_value = 0;
-        else if (strcmp(a, "--adapter") && strcmp(a, "--prompt") && strcmp(a, "--prompts") && strcmp(a, "--system") &&
-                 strcmp(a, "--prompt-ids") &&
-                 strcmp(a, "--max-new-tokens") && strcmp(a, "--temperature") && strcmp(a, "--top-k") &&
-                 strcmp(a, "--top-p") && strcmp(a, "--repetition-penalty") && strcmp(a, "--seed")) {
-            rest[(*n_rest)++] = argv[i]; /* --config / --set / --help: cli_config's */
+        else if (qlt_cli_option_find(qlt_generate_options, a) < 0 || !strcmp(a, "--config") || !strcmp(a, "--set")) {
+            rest[(*n_rest)++] = argv[i]; /* --config / --set / --help / unknown: cli_config's */
             continue;
         }
         if (!takes_value) continue;
@@ -215,7 +221,9 @@ int qlt_cmd_generate(int argc, char **argv) {
         free(rest);
         return qlt_cli_report_error();
     }
-    rc = qlt_cli_load_config(n_rest, rest, 0, &args, &cfg);
+    rc = qlt_cli_load_config("generate", n_rest, rest, qlt_generate_options, &args, &cfg);
+    if (rc == 0 && args.n_positional > 0)
+        rc = qlt_fail("generate: unexpected argument '%s' (see `qlora-train generate --help`)", args.positional[0]);
     free(rest);
     if (rc != 0) {
         qlt_config_free(&cfg);

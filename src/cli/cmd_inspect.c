@@ -55,6 +55,12 @@ static int check_values(const qlt_st_dir *d) {
     return 0;
 }
 
+const qlt_cli_option qlt_inspect_options[] = {
+    {"--check", NULL, "off",
+     "also read every floating-point value and name the tensors holding NaN or infinity (exit status 1 if any)"},
+    {NULL, NULL, NULL, NULL},
+};
+
 int qlt_cmd_inspect(int argc, char **argv) {
     int check = 0;
     const char *dir = NULL;
@@ -62,9 +68,8 @@ int qlt_cmd_inspect(int argc, char **argv) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             printf("usage: qlora-train inspect MODEL_DIR|FILE.gguf [--check]\n\nPrints the architecture, parameter "
                    "counts, tensors, bytes per dtype and the NF4 footprint of a Hugging Face model directory or a "
-                   "llama.cpp GGUF file.\n"
-                   "  --check   also read every floating-point value and name the tensors holding NaN or infinity "
-                   "(exit status 1 if any)\n");
+                   "llama.cpp GGUF file.\n");
+            qlt_cli_print_options(stdout, qlt_inspect_options);
             return 0;
         }
         if (strcmp(argv[i], "--check") == 0) check = 1;

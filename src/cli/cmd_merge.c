@@ -21,20 +21,31 @@
 #include "model/gguf_export.h"
 #include "model/merge.h"
 
+const qlt_cli_option qlt_merge_options[] = {
+    QLT_CLI_OPT_CONFIG,
+    QLT_CLI_OPT_SET,
+    {"--adapter", "DIR", NULL, "the trained PEFT adapter to fold in (required; e.g. output.dir/final)"},
+    {"--out", "PATH", NULL, "a new directory (or, with --format gguf, a new .gguf file) (required)"},
+    {"--onto", "original|dequantized", "dequantized for an NF4 base, else original",
+     "dequantized: W is the NF4 round trip of the base (what the adapter was trained against); original: W as "
+     "stored in model.path"},
+    {"--dtype", "bf16|f16|f32|q8_0", "the torch_dtype of model.path's config.json",
+     "output dtype; q8_0 only with --format gguf"},
+    {"--format", "safetensors|gguf", "safetensors",
+     "safetensors: a directory transformers loads as it is; gguf: one .gguf file (llama / qwen2 / qwen3) llama.cpp "
+     "loads"},
+    {"--max-shard-size", "SIZE", "5GB", "largest safetensors shard (5GB, 500MB, ...)"},
+    {NULL, NULL, NULL, NULL},
+};
+
 static void usage(FILE *out) {
     fprintf(out,
             "usage: qlora-train merge --config FILE --adapter DIR --out PATH [--set section.key=value ...]\n"
             "                         [--onto original|dequantized] [--dtype bf16|f16|f32|q8_0]\n"
             "                         [--format safetensors|gguf] [--max-shard-size 5GB]\n\n"
             "Folds the LoRA adapter in DIR (PEFT format, e.g. output.dir/final) into the base model of the config's\n"
-            "model.path: W' = W + scale * B A for every adapted projection, summed in double, rounded once.\n"
-            "  --onto dequantized  W is the NF4 round trip of the base (what the adapter was trained against);\n"
-            "                      the default when model.quant is nf4 or model.path is a bitsandbytes checkpoint\n"
-            "  --onto original     W is the weight as stored in model.path (the default with model.quant: none)\n"
-            "  --dtype             output dtype (default: the torch_dtype of model.path's config.json); q8_0 only\n"
-            "                      with --format gguf\n"
-            "  --format safetensors  PATH is a new directory transformers loads as it is (the default)\n"
-            "  --format gguf         PATH is a new .gguf file (llama / qwen2 / qwen3) llama.cpp loads\n");
+            "model.path: W' = W + scale * B A for every adapted projection, summed in double, rounded once.\n");
+    qlt_cli_print_options(out, qlt_merge_options);
 }
 
 typedef struct merge_args {
@@ -69,8 +80,7 @@ static int parse_args(int argc, char **argv, merge_args *a, char **rest, int *n_
             if (i + 1 < argc) rest[(*n_rest)++] = argv[++i];
             continue;
         }
-        return qlt_fail("merge: unknown option '%s' (options: --config FILE, --set section.key=value, --adapter DIR, "
-                        "--out PATH, --onto, --dtype, --format, --max-shard-size)", s);
+        return qlt_fail("merge: unknown option '%s' (see `qlora-train merge --help` for its options)", s);
     }
     if (!a->adapter) return qlt_fail("merge needs --adapter DIR: the trained adapter (e.g. output.dir/final)");
     if (!a->out) return qlt_fail("merge needs --out PATH: a new directory (or, with --format gguf, a new .gguf file)");
@@ -303,7 +313,7 @@ int qlt_cmd_merge(int argc, char **argv) {
     }
     qlt_cli_args args;
     qlt_config cfg;
-    int rc = qlt_cli_load_config(n_rest, rest, 0, &args, &cfg);
+    int rc = qlt_cli_load_config("merge", n_rest, rest, qlt_merge_options, &args, &cfg);
     if (rc == 0) rc = run_merge(&cfg, &a);
     qlt_config_free(&cfg);
     free(rest);

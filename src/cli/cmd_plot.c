@@ -8,31 +8,40 @@
 #include "common/error.h"
 #include "train/loss_plot.h"
 
+const qlt_cli_option qlt_plot_options[] = {
+    {"--out", "FILE.png|FILE.svg", "loss.png", "the figure to write (PNG or SVG by its ending)"},
+    {NULL, NULL, NULL, NULL},
+};
+
 static void usage(FILE *out) {
     fprintf(out,
             "usage: qlora-train plot RUN_DIR... [--out FILE.png|FILE.svg]\n\n"
             "Draws the training loss, eval loss and learning rate against step of each run (its output.dir, or\n"
-            "a metrics.jsonl) in one figure, one colour per run. Default --out: loss.png (in the current\n"
-            "directory). A training run also draws its own output.dir/loss.png when it ends.\n");
+            "a metrics.jsonl) in one figure, one colour per run, in the current directory unless --out names\n"
+            "another place. A training run also draws its own output.dir/loss.png when it ends.\n\n");
+    qlt_cli_print_options(out, qlt_plot_options);
 }
 
 int qlt_cmd_plot(int argc, char **argv) {
     const char *out = "loss.png";
     const char **runs = qlt_xcalloc((size_t)argc, sizeof *runs);
     int n = 0, rc = 0;
-    for (int i = 1; i < argc && rc == 0; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    int i = 0;
+    for (;;) {
+        const char *value = NULL;
+        const int k = qlt_cli_next("plot", qlt_plot_options, argc, argv, &i, &value);
+        if (k == QLT_CLI_END) break;
+        if (k == QLT_CLI_HELP) {
             usage(stdout);
             free(runs);
             return 0;
-        } else if (strcmp(argv[i], "--out") == 0) {
-            if (i + 1 >= argc) rc = qlt_fail("plot: --out needs a file name ending in .png or .svg");
-            else out = argv[++i];
-        } else if (strncmp(argv[i], "--", 2) == 0) {
-            rc = qlt_fail("plot: unknown option '%s' (options: --out FILE.png|FILE.svg)", argv[i]);
-        } else {
-            runs[n++] = argv[i];
         }
+        if (k == QLT_CLI_ERROR) {
+            rc = -1;
+            break;
+        }
+        if (k == QLT_CLI_POSITIONAL) runs[n++] = value;
+        else out = value; /* --out */
     }
     if (rc == 0 && n == 0) {
         usage(stderr);

@@ -23,6 +23,13 @@
 #include "formats/safetensors_shards.h"
 #include "nf4/nf4.h"
 
+const qlt_cli_option qlt_quantize_options[] = {
+    {"--blocksize", "N", "64", "weights per NF4 block (a power of two from 32 to 4096)"},
+    {"--no-double-quant", NULL, "double quantization on", "keep the NF4 absmax scales in float32"},
+    {"--max-shard-size", "SIZE", "5GB", "largest safetensors shard (5GB, 500MB, ...)"},
+    {NULL, NULL, NULL, NULL},
+};
+
 static void usage(FILE *out) {
     fprintf(out,
             "usage: qlora-train quantize MODEL_DIR OUT_DIR [--blocksize 64] [--no-double-quant]\n"
@@ -31,6 +38,7 @@ static void usage(FILE *out) {
             "4-bit NF4 format (double quantization on by default), other tensors unchanged, config.json with\n"
             "quantization_config, and the tokenizer files. transformers + bitsandbytes load it; so does\n"
             "qlora-train (model.path: OUT_DIR, model.quant: nf4).\n");
+    qlt_cli_print_options(out, qlt_quantize_options);
 }
 
 static const char *const linear_suffixes[] = {

@@ -12,17 +12,20 @@
 #include "sweep/sweep.h"
 #include "sweep/sweep_runner.h"
 
+const qlt_cli_option qlt_sweep_cli_options[] = {
+    {"--gpus", "0,1,...", "one run at a time on the device train.device picks",
+     "one run per listed GPU at a time (CUDA_VISIBLE_DEVICES set per run)"},
+    {"--dry-run", NULL, NULL, "list the runs the sweep would make, and their status, and start none"},
+    {NULL, NULL, NULL, NULL},
+};
+
 static void usage(void) {
     printf("usage: qlora-train sweep SWEEP.yaml [--gpus 0,1,...] [--dry-run]\n\n"
            "Runs one training run per combination of a sweep file's grid values and per random draw, each in\n"
            "<output.dir>/<run name>/ (a child `qlora-train train --config BASE --set ... --resume auto`), and\n"
            "writes <output.dir>/summary.md and summary.csv after every run. Started again, it skips finished\n"
-           "runs and resumes unfinished ones. Exit status 1 when any run failed. Sweep files: docs/SWEEPS.md.\n\n"
-           "options:\n"
-           "  --gpus 0,1,...  one run per listed GPU at a time (CUDA_VISIBLE_DEVICES set per run); default:\n"
-           "                  one run at a time on the device train.device picks\n"
-           "  --dry-run       list the runs (name, values, what each would do) and run nothing\n"
-           "  --help          this text\n");
+           "runs and resumes unfinished ones. Exit status 1 when any run failed. Sweep files: docs/SWEEPS.md.\n\n");
+    qlt_cli_print_options(stdout, qlt_sweep_cli_options);
 }
 
 static int parse_gpus(const char *text, qlt_sweep_options *opt) {
@@ -81,23 +84,26 @@ int qlt_cmd_sweep(int argc, char **argv) {
     int dry = 0;
     qlt_sweep_options opt = {.exe = "/proc/self/exe"};
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+    for (int i = 0;;) {
+        const char *value = NULL;
+        const int k = qlt_cli_next("sweep", qlt_sweep_cli_options, argc, argv, &i, &value);
+        if (k == QLT_CLI_END) break;
+        if (k == QLT_CLI_HELP) {
             usage();
             return 0;
-        } else if (!strcmp(argv[i], "--dry-run")) {
-            dry = 1;
-        } else if (!strcmp(argv[i], "--gpus")) {
-            if (i + 1 >= argc) {
-                qlt_fail("--gpus needs a list of GPU numbers, e.g. --gpus 0,1");
+        }
+        if (k == QLT_CLI_ERROR) return qlt_cli_report_error();
+        if (k == QLT_CLI_POSITIONAL) {
+            if (path) {
+                qlt_fail("sweep: unexpected argument '%s' (usage: qlora-train sweep SWEEP.yaml [--gpus 0,1] "
+                         "[--dry-run])", value);
                 return qlt_cli_report_error();
             }
-            if (parse_gpus(argv[++i], &opt) != 0) return qlt_cli_report_error();
-        } else if (argv[i][0] == '-' || path) {
-            qlt_fail("sweep: unexpected argument '%s' (usage: qlora-train sweep SWEEP.yaml [--gpus 0,1] [--dry-run])",
-                     argv[i]);
+            path = value;
+        } else if (!strcmp(qlt_sweep_cli_options[k].name, "--dry-run")) {
+            dry = 1;
+        } else if (parse_gpus(value, &opt) != 0) { /* --gpus */
             return qlt_cli_report_error();
-        } else {
-            path = argv[i];
         }
     }
     if (!path) {

@@ -19,6 +19,15 @@
 #include "formats/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
+const qlt_cli_option qlt_tokenize_options[] = {
+    {"--tokenizer", "PATH", NULL, "a tokenizer.json or a .gguf model (required)"},
+    {"--decode", NULL, "off: encode", "ids to text: a JSON array of ids a line in, a JSON string out"},
+    {"--bench", "FILE.jsonl", NULL, "time encoding the \"text\" field of every line of FILE.jsonl (.jsonl.gz too)"},
+    {"--threads", "N", "1", "--bench: threads (0 = all cores)"},
+    {"--repeat", "R", "3", "--bench: passes over the file (the best is printed)"},
+    {NULL, NULL, NULL, NULL},
+};
+
 static void usage(FILE *out) {
     fprintf(out,
             "usage: qlora-train tokenize --tokenizer PATH [--decode]      (PATH: a tokenizer.json or a .gguf model)\n"
@@ -29,6 +38,7 @@ static void usage(FILE *out) {
             "--bench encodes the \"text\" field of every line of FILE.jsonl (.jsonl.gz too) R times (default 3)\n"
             "with N threads (default 1; 0 = all cores) and prints the best MB/s and tokens/s (tokenizing only,\n"
             "no I/O).\n");
+    qlt_cli_print_options(out, qlt_tokenize_options);
 }
 
 static int encode_lines(const qlt_tokenizer *tok) {

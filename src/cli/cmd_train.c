@@ -1,17 +1,29 @@
-/* cmd_train.c: `qlora-train train --config FILE [--set k=v ...] [--resume auto|DIR]`. */
+/* cmd_train.c: `qlora-train train --config FILE [--set k=v ...] [--resume auto|DIR] [--dry-run]`. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli_config.h"
 #include "cli/commands.h"
+#include "cli/dry_run.h"
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
+const qlt_cli_option qlt_train_options[] = {
+    QLT_CLI_OPT_CONFIG,
+    QLT_CLI_OPT_SET,
+    {"--resume", "auto|DIR", "none: a fresh run from step 0",
+     "continue a run: auto = from the newest complete checkpoint in output.dir (a fresh run when there is none)"},
+    {"--dry-run", NULL, "off",
+     "print the resolved config (where each value came from), the data, the memory plan and one step's time; "
+     "writes nothing"},
+    {NULL, NULL, NULL, NULL},
+};
+
 static void usage(void) {
-    printf("usage: qlora-train train --config FILE [--set section.key=value ...] [--resume auto|DIR]\n\n"
+    printf("usage: qlora-train train --config FILE [--set section.key=value ...] [--resume auto|DIR] [--dry-run]\n\n"
            "Fine-tunes LoRA adapters on the model of model.path with the data of data.train.\n"
            "Writes output.dir/metrics.jsonl and metrics.csv, output.dir/checkpoint-<step>/ every\n"
            "output.save_every steps, the final adapter (PEFT format) in output.dir/final/ and output.dir/loss.png\n"
@@ -20,6 +32,7 @@ static void usage(void) {
            "refuses an output.dir that holds an earlier run's checkpoints or final/ unless output.overwrite.\n"
            "Ctrl-C (SIGINT) or SIGTERM: the step finishes, a checkpoint is written, exit 130 / 143.\n"
            "Every configuration key: docs/CONFIG.md.\n");
+    qlt_cli_print_options(stdout, qlt_train_options);
 }
 
 /* --resume DIR, or --resume auto with a complete checkpoint in output.dir: the run continues one. */
@@ -35,7 +48,7 @@ static int resumes_from_checkpoint(const qlt_config *cfg, const char *resume) {
 int qlt_cmd_train(int argc, char **argv) {
     qlt_cli_args args;
     qlt_config cfg;
-    if (qlt_cli_load_config(argc, argv, 1, &args, &cfg) != 0) {
+    if (qlt_cli_load_config("train", argc, argv, qlt_train_options, &args, &cfg) != 0) {
         qlt_config_free(&cfg);
         return qlt_cli_report_error();
     }
@@ -43,6 +56,16 @@ int qlt_cmd_train(int argc, char **argv) {
         usage();
         qlt_config_free(&cfg);
         return 0;
+    }
+    if (args.n_positional > 0) {
+        qlt_fail("train: unexpected argument '%s' (see `qlora-train train --help`)", args.positional[0]);
+        qlt_config_free(&cfg);
+        return qlt_cli_report_error();
+    }
+    if (args.dry_run) {
+        int dry = qlt_cli_dry_run(&cfg, args.config_path);
+        qlt_config_free(&cfg);
+        return dry == 0 ? 0 : qlt_cli_report_error();
     }
     qlt_trainer t;
     int rc = qlt_trainer_init(&t, &cfg, QLT_TRAINER_TRAIN);

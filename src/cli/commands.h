@@ -4,14 +4,22 @@
 #ifndef QLT_COMMANDS_H
 #define QLT_COMMANDS_H
 
+#include "cli/cli_options.h"
+
 typedef struct qlt_command {
     const char *name;
     const char *summary;
     int (*run)(int argc, char **argv); /* argv[0] is the command name */
+    const qlt_cli_option *options;     /* what it accepts and its --help lists */
 } qlt_command;
 
 /* The table of commands, terminated by a {NULL} entry (src/cli/command_table.c). */
 extern const qlt_command qlt_commands[];
+
+/* Each command's option table (cmd_<command>.c). */
+extern const qlt_cli_option qlt_train_options[], qlt_eval_options[], qlt_generate_options[], qlt_inspect_options[],
+    qlt_tokenize_options[], qlt_bench_options[], qlt_merge_options[], qlt_quantize_options[], qlt_plot_options[],
+    qlt_sweep_cli_options[];
 
 int qlt_cmd_train(int argc, char **argv);
 int qlt_cmd_eval(int argc, char **argv);

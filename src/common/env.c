@@ -7,7 +7,8 @@
 static const struct {
     const char *name, *help;
 } vars[QLT_ENV_COUNT] = {
-    [QLT_ENV_CUDA_GRAPH] = {"CUDA_GRAPH", "1: capture the training step once and replay it (train.cuda_graph: true)"},
+    [QLT_ENV_CUDA_GRAPH] = {"CUDA_GRAPH", "1/0, true/false, yes/no, on/off: sets train.cuda_graph (over the config file; "
+                                            "--set wins over it)"},
     [QLT_ENV_CUDNN_LIBRARY] = {"QLT_CUDNN_LIBRARY", "the libcudnn.so.9 to open for cuDNN's attention (default: "
                                                      "libcudnn.so.9 from the loader's search path)"},
     [QLT_ENV_CUDNN_RAGGED] = {"QLT_CUDNN_RAGGED", "debugging: 1 runs rows of one example through cuDNN's ragged "

@@ -10,7 +10,7 @@ extern "C" {
 #endif
 
 typedef enum qlt_env_var {
-    QLT_ENV_CUDA_GRAPH = 0, /* "1": train.cuda_graph: true */
+    QLT_ENV_CUDA_GRAPH = 0, /* train.cuda_graph (a bool word; read by qlt_config_apply_env) */
     QLT_ENV_CUDNN_LIBRARY,  /* path of the libcudnn.so.9 to open (default: the loader's search) */
     QLT_ENV_CUDNN_RAGGED,   /* debugging: "1" runs one example a row through cuDNN's ragged layout too */
     QLT_ENV_LORA_FOLD,      /* debugging: "0" adds every adapter by its own GEMMs (no LoRA group ops) */

@@ -58,7 +58,8 @@ static int commit(qlt_config *cfg, qlt_config *work, int rc) {
 }
 
 void qlt_config_defaults(qlt_config *cfg) {
-    memset(cfg, 0, sizeof *cfg);
+    memset(cfg, 0, sizeof *cfg); /* every origin QLT_ORIGIN_DEFAULT */
+    QLT_ASSERT(qlt_cfg_count() <= QLT_CONFIG_MAX_KEYS);
     for (int64_t i = 0; i < qlt_cfg_count(); i++) {
         const qlt_cfg_entry *e = qlt_cfg_at(i);
         qlt_cfg_where where = {.file = NULL, .assignment = e->info.default_text};
@@ -84,6 +85,7 @@ int qlt_config_set(qlt_config *cfg, const char *assignment) {
     qlt_config work;
     qlt_config_copy(&work, cfg);
     qlt_cfg_where where = {.file = NULL, .assignment = assignment};
+    work.origin[e - qlt_cfg_at(0)] = (qlt_config_origin){QLT_ORIGIN_SET, 0};
     return commit(cfg, &work, apply_text(&work, e, eq + 1, &where));
 }
 
@@ -119,6 +121,7 @@ static int apply_section(qlt_config *cfg, const char *file, const qlt_doc_node *
         }
         qlt_cfg_where where = {.file = file, .assignment = NULL};
         QLT_TRY(qlt_cfg_apply(cfg, e, item, &where));
+        cfg->origin[e - qlt_cfg_at(0)] = (qlt_config_origin){QLT_ORIGIN_FILE, (int)item->key_line};
     }
     return 0;
 }
@@ -287,6 +290,16 @@ static cJSON *value_json(const qlt_config *cfg, const qlt_cfg_entry *e) {
     }
 }
 
+char *qlt_config_value_text(const qlt_config *cfg, int64_t i) {
+    cJSON *v = value_json(cfg, qlt_cfg_at(i));
+    char *text = cJSON_PrintUnformatted(v);
+    cJSON_Delete(v);
+    QLT_ASSERT(text);
+    char *copy = qlt_xstrdup(text);
+    cJSON_free(text);
+    return copy;
+}
+
 /* Writes text to path through path.tmp and a rename, so a crash never leaves half a file. */
 static int write_atomically(const char *path, const char *text) {
     size_t n = strlen(path) + 5;
@@ -349,6 +362,8 @@ int qlt_config_apply_model_fallback(qlt_config *cfg) {
     char *swap = cfg->model.path;
     cfg->model.path = qlt_xstrdup(fallback);
     free(swap);
+    /* the value now comes from where model.fallback was set */
+    cfg->origin[qlt_cfg_find("model.path") - qlt_cfg_at(0)] = cfg->origin[qlt_cfg_find("model.fallback") - qlt_cfg_at(0)];
     return 1;
 }
 

@@ -84,6 +84,19 @@ typedef enum qlt_attention_impl { /* train.attention */
     QLT_ATTENTION_IMPL_COUNT
 } qlt_attention_impl;
 
+/* Where a key's value came from (what `train --dry-run` prints beside it). */
+typedef enum qlt_config_origin_kind {
+    QLT_ORIGIN_DEFAULT = 0, /* the schema's default */
+    QLT_ORIGIN_FILE,        /* the config file, at origin line */
+    QLT_ORIGIN_SET,         /* a --set override */
+    QLT_ORIGIN_ENV,         /* an environment variable (origin line: its qlt_env_var) */
+} qlt_config_origin_kind;
+typedef struct qlt_config_origin {
+    int kind; /* qlt_config_origin_kind */
+    int line; /* FILE: the value's line (1-based); ENV: the variable; else 0 */
+} qlt_config_origin;
+#define QLT_CONFIG_MAX_KEYS 128
+
 typedef struct qlt_config {
     struct {
         char *path;        /* model directory (config.json + *.safetensors), a .gguf file or random:CONFIG.json */
@@ -157,6 +170,7 @@ typedef struct qlt_config {
         int sample_tokens;   /* 96: most new tokens of a sample answer */
         int tensorboard;     /* 0; 1: also write output.dir/events.out.tfevents.* */
     } output;
+    qlt_config_origin origin[QLT_CONFIG_MAX_KEYS]; /* [key index of the schema]: where each value came from */
 } qlt_config;
 
 /* A target projection name (q, k, v, o, gate, up, down, their *_proj names, or all-linear; case-insensitive)
@@ -174,6 +188,12 @@ int qlt_config_validate(const qlt_config *cfg);
 /* model.fallback: when model.path names nothing that exists and a fallback is set, model.path becomes the fallback
  * and one line on stderr says so. Returns 1 when it switched, else 0. */
 int qlt_config_apply_model_fallback(qlt_config *cfg);
+/* Environment variables that mirror a key, applied over the file (before --set): CUDA_GRAPH (1/0, true/false,
+ * yes/no, on/off, any case) sets train.cuda_graph. 0, or -1 with a one-line error naming the variable and the
+ * values it accepts (config_env.c). */
+int qlt_config_apply_env(qlt_config *cfg);
+/* The value of key i as JSON text (as run_config.json writes it: "cosine", 0.0002, ["a.jsonl"]); heap. */
+char *qlt_config_value_text(const qlt_config *cfg, int64_t i);
 /* Writes the effective configuration as JSON (for the run directory and checkpoints). */
 int qlt_config_write_json(const qlt_config *cfg, const char *path);
 /* Prints every key with type, default and help. */

@@ -10,6 +10,8 @@
 extern "C" {
 #include "cuda/attention_cudnn.h"
 #include "cuda/backend_cuda.h"
+
+#include <unistd.h>
 }
 
 /* Sizes of the allocations made through be->alloc, kept host-side (cudaMalloc pointers stay 256-byte
@@ -344,13 +346,30 @@ static void cuda_clock_monitor(qlt_backend *be, int on, qlt_clock_report *out) {
 
 static void cuda_weight_free(qlt_backend *be, qlt_weight *w) { qlt_cuda_weight_free(be, w); }
 
+/* No NVIDIA driver loaded: CUDA then says "CUDA driver version is insufficient for CUDA runtime version", which
+ * on a machine without a GPU only confuses; such a machine simply has no GPU. */
+static int nvidia_driver_loaded(void) { return access("/proc/driver/nvidia/version", F_OK) == 0; }
+
+extern "C" int qlt_cuda_device_count(void) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return count;
+}
+
 extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
         (void)cudaGetLastError();
-        qlt_fail("no CUDA device is usable (%s): use --set train.device=cpu",
-                 err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+        if (count == 0 && (err == cudaSuccess || err == cudaErrorNoDevice || !nvidia_driver_loaded()))
+            qlt_fail("no GPU found (no NVIDIA driver or device on this machine): use --set train.device=cpu "
+                     "(or train.device: auto, which falls back to the CPU)");
+        else
+            qlt_fail("no CUDA device is usable (%s): use --set train.device=cpu", cudaGetErrorString(err));
         return NULL;
     }
     if (device_index < 0 || device_index >= count) {

@@ -23,6 +23,9 @@ void *qlt_cuda_stream(qlt_backend *be);
  * one-pass kernel one token block a launch (its token-chunk loop, which otherwise runs only when the
  * partial sums outgrow the workspace). */
 void qlt_cuda_set_lora_dudb(qlt_backend *be, int mode);
+/* How many CUDA devices there are, asked quietly: 0 (and no error recorded, nothing printed) when there is no
+ * GPU, no driver, or the driver is too old. */
+int qlt_cuda_device_count(void);
 /* The CUDA backend, or NULL with qlt_fail when no device is present. */
 qlt_backend *qlt_backend_cuda_create(int device_index);
 

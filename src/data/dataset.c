@@ -16,7 +16,7 @@
 #include "data/jsonl.h"
 #include "data/labeled.h"
 
-enum { BATCH_LINES = 16384, BATCH_BYTES = 64 << 20 };
+enum { BATCH_LINES = 16384, BATCH_BYTES = 64 << 20, SKIPS_SHOWN = 5 /* data.skip_bad: lines named one by one */ };
 
 typedef struct line_batch {
     char *arena;
@@ -106,10 +106,17 @@ static int process_batch(build_state *st, const char *path) {
             char *err = w->ex_err[k];
             if (err) {
                 if (!failed && !st->cfg->data.skip_bad) {
-                    qlt_fail("%s:%lld: %s (data.format: %s); fix the line or set data.skip_bad: true to skip bad lines",
-                             path, (long long)b->lineno[i], err,
-                             qlt_config_enum_text("data.format", st->cfg->data.format));
+                    if (strstr(err, "use data.format:")) /* the whole file is likely of another format */
+                        qlt_fail("%s:%lld: %s (data.format is %s)", path, (long long)b->lineno[i], err,
+                                 qlt_config_enum_text("data.format", st->cfg->data.format));
+                    else
+                        qlt_fail("%s:%lld: %s (data.format: %s); fix the line or set data.skip_bad: true to skip bad "
+                                 "lines", path, (long long)b->lineno[i], err,
+                                 qlt_config_enum_text("data.format", st->cfg->data.format));
                     failed = 1;
+                } else if (!failed && st->packer.ds->n_skipped < SKIPS_SHOWN) {
+                    fprintf(stderr, "qlora-train: data.skip_bad: skipped %s:%lld: %s\n", path, (long long)b->lineno[i],
+                            err);
                 }
                 st->packer.ds->n_skipped++;
                 free(err);
@@ -203,6 +210,10 @@ static int build_uncached(qlt_dataset *ds, const qlt_config *cfg, const qlt_path
     free(st.batch.lineno);
     free(st.batch.len);
     qlt_tokenizer_free(tok);
+    if (cfg->data.skip_bad && ds->n_skipped > 0)
+        fprintf(stderr, "qlora-train: data.skip_bad: %lld bad line%s skipped in %s%s%s\n", (long long)ds->n_skipped,
+                ds->n_skipped == 1 ? "" : "s", files->items[0], files->count > 1 ? " ..." : "",
+                ds->n_skipped > SKIPS_SHOWN ? " (the first ones are named above)" : "");
     if (r == 0 && ds->n_rows == 0)
         r = qlt_fail("%s%s: no examples (%lld lines skipped as bad)", files->items[0], files->count > 1 ? " ..." : "",
                      (long long)ds->n_skipped);

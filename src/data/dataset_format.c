@@ -127,6 +127,39 @@ static int parse_object(const qlt_example_ctx *c, const cJSON *obj, qlt_ids *ids
     return 0;
 }
 
+/* The data.format whose fields a record has (chat, tokens, alpaca, completion, text, checked in that order),
+ * or -1 when it fits none. */
+static int format_of_keys(const cJSON *obj) {
+#define HAS(k) (cJSON_GetObjectItemCaseSensitive(obj, k) != NULL)
+    if (HAS("messages")) return QLT_DATA_FORMAT_CHAT;
+    if (HAS("input_ids")) return QLT_DATA_FORMAT_TOKENS;
+    if (HAS("instruction") && HAS("output")) return QLT_DATA_FORMAT_ALPACA;
+    if (HAS("prompt") && HAS("completion")) return QLT_DATA_FORMAT_COMPLETION;
+    if (HAS("text")) return QLT_DATA_FORMAT_TEXT;
+    return -1;
+#undef HAS
+}
+
+/* A field the format needs is missing: says what the line looks like (its keys) and, when its keys fit another
+ * data.format, which one ("missing field \"messages\"; the line has key \"text\": use data.format: text"). */
+static int explain_mismatch(const qlt_example_ctx *c, const cJSON *obj) {
+    char keys[256] = "";
+    size_t n = 0;
+    int count = 0;
+    for (const cJSON *k = obj->child; k && n < sizeof keys - 40; k = k->next, count++)
+        n += (size_t)snprintf(keys + n, sizeof keys - n, "%s\"%.24s\"", count ? ", " : "", k->string ? k->string : "");
+    if (obj->child && n >= sizeof keys - 40) snprintf(keys + n, sizeof keys - n, ", ...");
+    int fits = format_of_keys(obj);
+    char *why = qlt_xstrdup(qlt_error());
+    if (fits >= 0 && fits != (int)c->format)
+        qlt_fail("%s; the line has key%s %s: use data.format: %s", why, count == 1 ? "" : "s", keys,
+                 qlt_config_enum_text("data.format", fits));
+    else
+        qlt_fail("%s; the line has %s%s", why, count ? (count == 1 ? "key " : "keys ") : "no keys", keys);
+    free(why);
+    return -1;
+}
+
 int qlt_example_parse(const qlt_example_ctx *c, const char *line, size_t len, qlt_ids *ids, qlt_ids *labels) {
     size_t i = 0;
     while (i < len && (line[i] == ' ' || line[i] == '\t')) i++;
@@ -151,6 +184,7 @@ int qlt_example_parse(const qlt_example_ctx *c, const char *line, size_t len, ql
     }
     int64_t ids_start = ids->len, labels_start = labels->len;
     int r = parse_object(c, obj, ids, labels);
+    if (r != 0 && !strncmp(qlt_error(), "missing field", 13)) explain_mismatch(c, obj);
     cJSON_Delete(obj);
     if (r != 0) {
         ids->len = ids_start;

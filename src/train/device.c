@@ -22,11 +22,17 @@ qlt_backend *qlt_device_backend_create(qlt_device device, int threads, int cpu_r
     }
     if (device == QLT_DEVICE_AUTO) {
 #ifdef QLT_HAVE_CUDA
-        qlt_backend *be = qlt_backend_cuda_create(0);
-        if (be) return be;
-        fprintf(stderr, "qlora-train: no usable GPU, running on the CPU (%s)\n", qlt_error());
+        /* asked quietly first: a machine without a GPU (or without a driver) is told so in plain words, not
+         * with CUDA's "driver version is insufficient" */
+        if (qlt_cuda_device_count() == 0) {
+            fprintf(stderr, "qlora-train: no GPU found: using the CPU\n");
+        } else {
+            qlt_backend *be = qlt_backend_cuda_create(0);
+            if (be) return be;
+            fprintf(stderr, "qlora-train: the GPU cannot be used (%s): using the CPU\n", qlt_error());
+        }
 #else
-        fprintf(stderr, "qlora-train: built without CUDA: running on the CPU\n");
+        fprintf(stderr, "qlora-train: no GPU backend in this build (built without CUDA): using the CPU\n");
 #endif
         return qlt_backend_cpu_create(threads, cpu_reference);
     }

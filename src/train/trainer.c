@@ -22,6 +22,8 @@
 #include "model/forward.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
+#include "train/eval_data.h"
+#include "train/input_files.h"
 #include "train/run_log.h"
 #include "train/run_tokenizer.h"
 
@@ -107,10 +109,11 @@ static int load_datasets(qlt_trainer *t, qlt_trainer_mode mode) {
     }
     if (rc == 0 && cfg->data.eval.count > 0)
         rc = qlt_dataset_build_with(&t->eval, cfg, &cfg->data.eval, model_dir, model_tok, cache);
-    if (rc == 0 && mode == QLT_TRAINER_EVAL && t->eval.n_rows == 0) {
+    if (rc == 0 && mode == QLT_TRAINER_EVAL && t->eval.n_rows == 0) { /* training's eval data: data.eval_split */
         if (cfg->data.train.count > 0)
-            rc = qlt_dataset_build_with(&t->eval, cfg, &cfg->data.train, model_dir, model_tok, cache);
+            rc = qlt_dataset_build_with(&t->train, cfg, &cfg->data.train, model_dir, model_tok, cache);
         else rc = qlt_fail("nothing to evaluate: set data.eval (or data.train) to a .jsonl file");
+        if (rc == 0) rc = qlt_eval_rows_of_train(&t->train, &t->eval, cfg->data.eval_split, cfg->train.seed);
     }
     qlt_tokenizer_free(model_tok);
     free(cache);
@@ -256,6 +259,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     if (mode == QLT_TRAINER_TRAIN && cfg->output.sample_prompt && cfg->output.sample_prompt[0] &&
         open_sample_tokenizer(t) != 0)
         goto fail;
+    if (qlt_check_input_files(cfg, mode == QLT_TRAINER_TRAIN) != 0) goto fail; /* fails fast, before the model loads */
     double load_start = qlt_now_seconds();
     if (load_model_and_adapter(t, mode) != 0) goto fail;
     if (t->model.cfg.sliding_window > 0 && t->seq > t->model.cfg.sliding_window) {
@@ -272,7 +276,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         t->be->max_row_examples = train_most > eval_most ? train_most : eval_most;
     }
     /* graphs: every micro-batch of a step has its own buffers (the captured step reads fixed addresses) */
-    t->graph_mode = mode == QLT_TRAINER_TRAIN && (cfg->train.cuda_graph || qlt_env_flag(QLT_ENV_CUDA_GRAPH));
+    t->graph_mode = mode == QLT_TRAINER_TRAIN && cfg->train.cuda_graph; /* CUDA_GRAPH: qlt_config_apply_env */
     if (t->graph_mode && !t->be->capture_begin) {
         fprintf(stderr, "qlora-train: the %s backend has no graphs: train.cuda_graph ignored\n", t->be->name);
         t->graph_mode = 0;

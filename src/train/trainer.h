@@ -82,7 +82,8 @@ typedef struct qlt_trainer {
     qlt_generate_opts sample_opts;
     double eval_loss_first, eval_loss_last; /* this run's first and last eval losses (NAN: none yet) */
     qlt_run_state run;       /* best eval loss, early stopping, the signal that stopped the run */
-    /* called after each micro-batch of qlt_trainer_evaluate when set (the run's progress line) */
+    /* called after each micro-batch of qlt_trainer_evaluate when set (the run's progress line; the eval
+     * command's progress lines) */
     void (*eval_progress)(void *ctx, int64_t done, int64_t total);
     void *eval_progress_ctx;
 } qlt_trainer;

@@ -147,6 +147,10 @@ static void write_eval_config(const char *path, const char *model_dir, const cha
         abort();
     test_write_text(path, text);
     free(text);
+    /* the data file exists (inputs are checked before the model loads): the model's error is the one reported */
+    char *data = qlt_path_join(model_dir, "none.jsonl");
+    if (!qlt_file_exists(data)) test_write_text(data, "");
+    free(data);
 }
 
 /* Runs the CLI; expects exit 1, exactly one output line containing each needle. */
