@@ -83,7 +83,6 @@ int qlt_cmd_sweep(int argc, char **argv) {
     const char *path = NULL;
     int dry = 0;
     qlt_sweep_options opt = {.exe = "/proc/self/exe"};
-    for (int i = 1; i < argc; i++) {
     for (int i = 0;;) {
         const char *value = NULL;
         const int k = qlt_cli_next("sweep", qlt_sweep_cli_options, argc, argv, &i, &value);
