@@ -44,4 +44,5 @@ void qlt_cli_print_options(FILE *out, const qlt_cli_option *opts) {
         if (opts[k].def) fprintf(out, " (default: %s)", opts[k].def);
         fputc('\n', out);
     }
+    fprintf(out, "  %-26s %s\n", "--help, -h", "print this help and exit");
 }

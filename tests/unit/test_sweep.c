@@ -470,7 +470,7 @@ Test(sweep, dry_run_help_and_errors) {
     free(out);
     cr_assert_eq(test_run_cli(tmp, "sweep --help", &out), 0);
     cr_assert(strstr(out, "usage: qlora-train sweep SWEEP.yaml [--gpus 0,1,...] [--dry-run]"), "%s", out);
-    cr_assert(strstr(out, "--gpus 0,1,...") && strstr(out, "--dry-run ") && strstr(out, "--help "), "%s", out);
+    cr_assert(strstr(out, "--gpus 0,1,...") && strstr(out, "--dry-run ") && strstr(out, "--help, -h "), "%s", out);
     free(out);
     cr_assert_eq(test_run_cli(tmp, "sweep sweep.yaml --gpus 0,x", &out), 1);
     cr_assert_str_eq(out, "qlora-train: error: --gpus 0,x: expected GPU numbers separated by commas, e.g. --gpus 0,1\n");
