@@ -23,18 +23,29 @@
 #include "backend/weight.h"
 #include "common/dtype.h"
 
-/* Scalars the optimizer step reads from backend memory; the host writes lr and the bias corrections
- * before each step (so a captured graph replays with new values), the step writes grad_norm_sq. */
+/* Scalars the optimizer step reads from backend memory. The host writes the first part (up to
+ * QLT_OPTIM_HOST_BYTES) before each step, so a captured graph replays with new values; the rest is the
+ * device's: grad_norm_sq writes it after the step's gradients are summed, and it carries the optimizer's own
+ * counters from step to step (the host sets them only at the start of a run and on resume). */
 typedef struct qlt_optim_scalars {
+    /* written by the host */
     float lr;
     float beta1, beta2, eps, weight_decay;
-    float bias_correction1; /* 1 - beta1^step */
-    float bias_correction2; /* 1 - beta2^step */
     float max_grad_norm;    /* 0 = no clipping */
-    float grad_norm_sq;     /* sum of squares of every gradient, written by grad_norm_sq */
-    float loss_sum;         /* sum of token losses of the step, accumulated by lm_head_loss */
+    float loss_sum;         /* sum of token losses of the step, accumulated by lm_head_loss (host zeroes it) */
     float grad_scale;       /* 1 / (counted tokens of the optimizer step): the loss gradient's scale */
+    /* written by grad_norm_sq (qlt_optim_guard, backend/optim_guard.h) */
+    float grad_norm_sq;     /* sum of squares of every gradient */
+    float bias_correction1; /* 1 - beta1^adam_step */
+    float bias_correction2; /* 1 - beta2^adam_step */
+    int32_t skip;           /* 1: the step's loss or gradient norm is not finite: adamw changes nothing */
+    int32_t bad_streak;     /* skipped steps in a row, up to and including this one */
+    int64_t adam_step;      /* updates applied (Adam's step count: skipped steps do not count) */
+    int64_t skipped_steps;  /* steps skipped since the run began */
 } qlt_optim_scalars;
+
+/* Bytes of qlt_optim_scalars the host writes before a step (the device's counters after them stay). */
+#define QLT_OPTIM_HOST_BYTES offsetof(qlt_optim_scalars, grad_norm_sq)
 
 typedef enum qlt_backward_a {
     QLT_BACKWARD_A_BF16 = 0,
@@ -90,6 +101,9 @@ enum { QLT_ATTENTION_OWN = 0, QLT_ATTENTION_FUSED_DENSE = 1, QLT_ATTENTION_FUSED
 
 typedef struct qlt_backend qlt_backend;
 
+/* What fault_state answers. */
+enum { QLT_FAULT_NONE = 0, QLT_FAULT_RECOVERABLE = 1, QLT_FAULT_STICKY = 2 };
+
 /* What the device's clock and power did while monitored (backend clock_monitor). */
 typedef struct qlt_clock_report {
     int samples;                              /* 0: nothing known */
@@ -118,6 +132,10 @@ struct qlt_backend {
     int cudnn_version;    /* CUDA: the cuDNN (91900 = 9.19.0) whose fused attention runs where max_row_examples
                            * allows; 0: none (not built in or not loadable) */
     void *impl;           /* backend-private state */
+    /* Device errors. fault_unwind 0 (the default): a failing device call prints itself and aborts the process;
+     * 1 (the trainer sets it): the failure is recorded, later calls go on (grad_norm_sq and adamw then change
+     * nothing, so the optimizer state stays that of the last finished step) and the caller asks fault_state. */
+    int fault_unwind;
 
     /* ---- memory (may allocate / synchronize; never called inside a step) ---- */
     void *(*alloc)(qlt_backend *be, size_t bytes); /* NULL on failure */
@@ -144,6 +162,13 @@ struct qlt_backend {
     /* Sampling of the device's SM clock, power draw and power-cap throttling (for `bench`): on = 1 starts,
      * on = 0 stops and fills *out (samples 0 when the device could not tell). NULL when not applicable. */
     void (*clock_monitor)(qlt_backend *be, int on, qlt_clock_report *out);
+
+    /* The first device error recorded since create (fault_unwind 1): QLT_FAULT_NONE, QLT_FAULT_RECOVERABLE (the
+     * device's memory is still readable, e.g. an allocation failed) or QLT_FAULT_STICKY (the context is unusable,
+     * e.g. an illegal address: nothing can be read back); msg (cap bytes) gets its text. Never synchronizes. */
+    int (*fault_state)(qlt_backend *be, char *msg, size_t cap);
+    /* Test hook (QLT_TEST_DEVICE_FAULT): records a fault, sticky or not, as a failing device call would. */
+    void (*fault_inject)(qlt_backend *be, int sticky);
 
     /* ---- asynchronous transfers and graphs (NULL on backends without them, e.g. the CPU) ----
      * A captured graph replays every op issued between capture_begin and capture_end; what changes from
@@ -304,10 +329,13 @@ struct qlt_backend {
     size_t (*loss_scratch_bytes)(qlt_backend *be, int64_t n, int64_t v);
     /* out float [N, V] = float(x . W^T): logits for evaluation and tests. */
     void (*logits)(qlt_backend *be, float *out, const void *x, const qlt_weight *w, int64_t n);
-    /* scalars->grad_norm_sq = sum(g^2) over g float [count]. */
+    /* scalars->grad_norm_sq = sum(g^2) over g float [count]; then qlt_optim_guard (backend/optim_guard.h): a
+     * non-finite loss_sum or norm sets skip and counts it, else Adam's step count advances and the bias
+     * corrections are formed for it. */
     void (*grad_norm_sq)(qlt_backend *be, qlt_optim_scalars *scalars, const float *g, int64_t count);
     /* One AdamW step (torch semantics) over count parameters, with the global-norm clip scale
-     * min(1, max_grad_norm / (sqrt(grad_norm_sq) + 1e-6)) applied to g first when max_grad_norm > 0. */
+     * min(1, max_grad_norm / (sqrt(grad_norm_sq) + 1e-6)) applied to g first when max_grad_norm > 0; when
+     * scalars->skip is set it changes nothing (p, m and v keep their bits). */
     void (*adamw)(qlt_backend *be, float *p, const float *g, float *m, float *v, int64_t count,
                   const qlt_optim_scalars *scalars);
 };

@@ -22,6 +22,15 @@ static const struct {
                                                    "of replaying the captured step (CUDA)"},
     [QLT_ENV_SWEEP_STOP_AFTER] = {"QLT_SWEEP_STOP_AFTER", "testing: N makes `qlora-train sweep` stop (exit status 3) "
                                                            "once N runs ended, as if interrupted, to test a restart"},
+    [QLT_ENV_TEST_NAN_AT_STEP] = {"QLT_TEST_NAN_AT_STEP", "test hook: N (or N-M) puts a NaN into the gradient of "
+                                                           "step N's (N..M's) first micro-batch (eager steps), to test that the step "
+                                                           "is skipped"},
+    [QLT_ENV_TEST_DEVICE_FAULT] = {"QLT_TEST_DEVICE_FAULT", "test hook: step:N:recoverable or step:N:sticky records "
+                                                             "a device fault in the middle of step N, to test what "
+                                                             "the trainer saves"},
+    [QLT_ENV_TEST_KILL_IN_SAVE] = {"QLT_TEST_KILL_IN_SAVE", "test hook: PHASE[:STEP] (PHASE adapter, optimizer, "
+                                                             "state or rename) kills the process with SIGKILL at "
+                                                             "that point of a checkpoint save (of step STEP)"},
 };
 
 const char *qlt_env(qlt_env_var v) {

@@ -142,6 +142,7 @@ typedef struct qlt_config {
         float eps;           /* 1e-8 */
         float weight_decay;  /* 0.0 */
         float max_grad_norm; /* 1.0; 0 = off */
+        int max_bad_steps;   /* 10: consecutive non-finite (skipped) steps that stop the run; 0 = never */
         qlt_lr_schedule schedule; /* constant | linear | cosine */
         int64_t warmup_steps;/* 0 */
         float warmup_ratio;  /* 0 */

@@ -145,6 +145,10 @@ static const qlt_cfg_entry schema[] = {
     FLOAT_KEY("train.max_grad_norm", train.max_grad_norm, "1.0", "[0, inf)",
               "clip_grad_norm|grad_clip|gradient_clipping",
               "clip the global gradient L2 norm to this; 0 = no clipping"),
+    INT_KEY("train.max_bad_steps", train.max_bad_steps, "10", "[0, inf)", "max_skipped_steps",
+            "a step whose loss or gradient norm is NaN or infinite is skipped (the adapter and AdamW state stay as "
+            "they were); after this many skipped in a row the run stops with a checkpoint of the last good state; "
+            "0 = never stop"),
     ENUM_KEY("train.schedule", train.schedule, "constant", "constant, linear, cosine", schedule_values,
              QLT_LR_SCHEDULE_COUNT, "lr_scheduler_type|lr_scheduler|scheduler", "learning-rate schedule after warmup"),
     INT64_KEY("train.warmup_steps", train.warmup_steps, "0", "[0, inf)", "warmup|num_warmup_steps",

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/optim_guard.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "cpu/backend_cpu.h"
@@ -210,15 +211,33 @@ static void cpu_dropout(qlt_backend *be, void *out, const void *x, int64_t count
     qlt_cpu_dropout(out, x, count, p, qlt_dropout_seed(*seed, salt));
 }
 
+/* After a recorded fault (the injection hook) the optimizer ops change nothing, as on CUDA: the state stays the
+ * last finished step's. */
 static void cpu_grad_norm_sq(qlt_backend *be, qlt_optim_scalars *scalars, const float *g, int64_t count) {
+    if (((qlt_cpu_impl *)be->impl)->fault) return;
     scalars->grad_norm_sq = (float)qlt_cpu_sumsq(g, count);
+    qlt_optim_guard(scalars);
 }
 
 static void cpu_adamw(qlt_backend *be, float *p, const float *g, float *m, float *v, int64_t count,
                       const qlt_optim_scalars *s) {
+    if (((qlt_cpu_impl *)be->impl)->fault || s->skip) return;
     float clip = qlt_clip_scale(s->grad_norm_sq, s->max_grad_norm);
     qlt_cpu_adamw(p, g, m, v, count, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay, s->bias_correction1,
                   s->bias_correction2, clip);
+}
+
+static int cpu_fault_state(qlt_backend *be, char *msg, size_t cap) {
+    int fault = ((qlt_cpu_impl *)be->impl)->fault;
+    if (cap) snprintf(msg, cap, "%s", fault == QLT_FAULT_STICKY      ? "injected sticky fault (QLT_TEST_DEVICE_FAULT)"
+                                      : fault == QLT_FAULT_RECOVERABLE ? "injected recoverable fault (QLT_TEST_DEVICE_FAULT)"
+                                                                       : "");
+    return fault;
+}
+
+static void cpu_fault_inject(qlt_backend *be, int sticky) {
+    qlt_cpu_impl *impl = be->impl;
+    if (!impl->fault) impl->fault = sticky ? QLT_FAULT_STICKY : QLT_FAULT_RECOVERABLE;
 }
 
 /* OpenBLAS runs on the same OpenMP threads as the ops (its OpenMP build); a pthreads build of it gets the same
@@ -291,5 +310,7 @@ qlt_backend *qlt_backend_cpu_create(int threads, int reference) {
     be->loss_scratch_bytes = qlt_cpu_loss_scratch_bytes;
     be->grad_norm_sq = cpu_grad_norm_sq;
     be->adamw = cpu_adamw;
+    be->fault_state = cpu_fault_state;
+    be->fault_inject = cpu_fault_inject;
     return be;
 }

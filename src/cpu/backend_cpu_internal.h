@@ -41,6 +41,7 @@ typedef struct qlt_cpu_impl {
     size_t live_bytes, peak_bytes;
     qlt_cpu_gemm_shape shapes[QLT_CPU_GEMM_SHAPES]; /* [n_shapes] the linear ops' products since profile_on */
     int n_shapes, shapes_dropped;
+    int fault;                /* QLT_FAULT_*: only the fault-injection hook records one on the CPU */
 } qlt_cpu_impl;
 
 /* Counts bytes the backend now holds (negative: released) for the peak-memory figure. */

@@ -2,10 +2,14 @@
  * grad_norm_sq: deterministic two-pass reduction (a FIXED grid of QLT_CUDA_NORM_BLOCKS blocks writes
  * double partial sums, one block adds them in a fixed order): repeated runs are bit-identical.
  * adamw: one launch; every scalar (lr, betas, eps, weight decay, bias corrections, max norm, grad norm)
- * is read from the device-resident qlt_optim_scalars, so a captured graph replays with new values.
+ * is read from the device-resident qlt_optim_scalars, so a captured graph replays with new values; the norm's
+ * last kernel decides on the device whether the step is skipped (qlt_optim_guard), and adamw reads that flag, so
+ * a non-finite step is dropped without the host waiting for it.
  * The arithmetic is written with explicit round-to-nearest intrinsics (no FMA contraction) in the same
  * order as src/cpu/adamw.c, so the update matches the CPU reference bit for bit on equal inputs. */
 #include "cuda/cuda_common.h"
+
+#include "backend/optim_guard.h"
 
 #define NORM_THREADS 256
 
@@ -26,7 +30,8 @@ static __global__ void __launch_bounds__(NORM_THREADS) sumsq_partial_kernel(doub
     if (threadIdx.x == 0) partials[blockIdx.x] = part[0];
 }
 
-static __global__ void sumsq_final_kernel(float *out, const double *partials, int n) {
+/* The sum, then qlt_optim_guard on one thread: skip, the counters and the bias corrections (as the CPU). */
+static __global__ void sumsq_final_kernel(qlt_optim_scalars *sc, const double *partials, int n) {
     __shared__ double part[QLT_CUDA_NORM_BLOCKS];
     for (int i = threadIdx.x; i < QLT_CUDA_NORM_BLOCKS; i += blockDim.x) part[i] = i < n ? partials[i] : 0.0;
     __syncthreads();
@@ -34,19 +39,24 @@ static __global__ void sumsq_final_kernel(float *out, const double *partials, in
         for (int i = threadIdx.x; i < w; i += blockDim.x) part[i] += part[i + w];
         __syncthreads();
     }
-    if (threadIdx.x == 0) *out = (float)part[0];
+    if (threadIdx.x == 0) {
+        sc->grad_norm_sq = (float)part[0];
+        qlt_optim_guard(sc);
+    }
 }
 
 void qlt_cuda_grad_norm_sq(qlt_backend *be, qlt_optim_scalars *scalars, const float *g, int64_t count) {
     cuda_impl *impl = cuda_impl_of(be);
+    if (qlt_cuda_faulted()) return; /* the optimizer state stays the last finished step's */
     sumsq_partial_kernel<<<QLT_CUDA_NORM_BLOCKS, NORM_THREADS, 0, impl->stream>>>(impl->partials, g, count);
     CUDA_CHECK_LAUNCH();
-    sumsq_final_kernel<<<1, 256, 0, impl->stream>>>(&scalars->grad_norm_sq, impl->partials, QLT_CUDA_NORM_BLOCKS);
+    sumsq_final_kernel<<<1, 256, 0, impl->stream>>>(scalars, impl->partials, QLT_CUDA_NORM_BLOCKS);
     CUDA_CHECK_LAUNCH();
 }
 
 static __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64_t count,
                                     const qlt_optim_scalars *sc) {
+    if (sc->skip) return; /* a non-finite loss or gradient norm: p, m and v keep their bits */
     const float lr = sc->lr, beta1 = sc->beta1, beta2 = sc->beta2, eps = sc->eps, wd = sc->weight_decay;
     const float max_norm = sc->max_grad_norm;
     float clip = 1.0f; /* qlt_clip_scale */
@@ -74,7 +84,7 @@ static __global__ void adamw_kernel(float *p, const float *g, float *m, float *v
 
 void qlt_cuda_adamw(qlt_backend *be, float *p, const float *g, float *m, float *v, int64_t count,
                     const qlt_optim_scalars *scalars) {
-    if (count <= 0) return;
+    if (count <= 0 || qlt_cuda_faulted()) return;
     cuda_impl *impl = cuda_impl_of(be);
     adamw_kernel<<<qlt_grid(count, 256, (int64_t)impl->n_sm * 8), 256, 0, impl->stream>>>(p, g, m, v, count, scalars);
     CUDA_CHECK_LAUNCH();

@@ -27,6 +27,50 @@ typedef struct cuda_backend_box {
     int n_recs, cap_recs;
 } cuda_backend_box;
 
+/* The first device failure of the process (one CUDA backend a process): what fault_state answers. The backend
+ * whose fault_unwind decides between recording and aborting is the one created last. */
+static struct {
+    qlt_backend *be;
+    int state; /* QLT_FAULT_* */
+    char msg[256];
+} g_fault;
+
+void qlt_cuda_fail_call(int cuda_error, int cublas_status, const char *stmt, const char *file, int line) {
+    char what[200];
+    if (cuda_error) snprintf(what, sizeof what, "CUDA error '%s'", cudaGetErrorString((cudaError_t)cuda_error));
+    else snprintf(what, sizeof what, "cuBLAS error %d (%s)", cublas_status,
+                  cublasGetStatusString((cublasStatus_t)cublas_status));
+    if (g_fault.state != QLT_FAULT_NONE) return; /* the first failure is the one that matters; the calls after
+                                                  * it (freeing, destroying) fail as the context does */
+    if (!g_fault.be || !g_fault.be->fault_unwind) {
+        fprintf(stderr, "qlora-train: %s in %s at %s:%d\n", what, stmt, file, line);
+        abort();
+    }
+    /* an allocation that failed leaves the context working (and the failure is seen here, on the host, when the
+     * call is made, so the optimizer ops of its step were never enqueued); anything else may have been a kernel
+     * that failed on the device: the context is then unusable, or at least its memory cannot be vouched for */
+    int alloc = cuda_error == (int)cudaErrorMemoryAllocation || cublas_status == (int)CUBLAS_STATUS_ALLOC_FAILED;
+    (void)cudaGetLastError();
+    int usable = alloc && cudaDeviceSynchronize() == cudaSuccess;
+    g_fault.state = usable ? QLT_FAULT_RECOVERABLE : QLT_FAULT_STICKY;
+    snprintf(g_fault.msg, sizeof g_fault.msg, "%s in %s (%s:%d)", what, stmt, file, line);
+}
+
+int qlt_cuda_faulted(void) { return g_fault.state != QLT_FAULT_NONE; }
+
+static int cuda_fault_state(qlt_backend *be, char *msg, size_t cap) {
+    if (cap) snprintf(msg, cap, "%s", g_fault.msg);
+    return g_fault.state;
+}
+
+/* QLT_TEST_DEVICE_FAULT: what a failed allocation (recoverable) or an illegal address (sticky) records. */
+static void cuda_fault_inject(qlt_backend *be, int sticky) {
+    if (g_fault.state != QLT_FAULT_NONE) return;
+    g_fault.state = sticky ? QLT_FAULT_STICKY : QLT_FAULT_RECOVERABLE;
+    snprintf(g_fault.msg, sizeof g_fault.msg, "injected %s (QLT_TEST_DEVICE_FAULT)",
+             sticky ? "'an illegal memory access was encountered'" : "'out of memory'");
+}
+
 static void track_add(cuda_impl *impl, size_t bytes) {
     impl->mem_current += bytes;
     if (impl->mem_current > impl->mem_peak) impl->mem_peak = impl->mem_current;
@@ -176,6 +220,7 @@ static void cuda_destroy(qlt_backend *be) {
     if (!be) return;
     cuda_backend_box *box = (cuda_backend_box *)be->impl;
     cuda_impl *impl = &box->impl;
+    if (g_fault.be == be) g_fault.be = NULL;
     cudaStreamSynchronize(impl->stream);
 #ifdef QLT_HAVE_CUDNN
     qlt_cudnn_attn_destroy(impl->cudnn);
@@ -389,6 +434,7 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     cuda_backend_box *box = (cuda_backend_box *)qlt_xcalloc(1, sizeof *box);
     cuda_impl *impl = &box->impl;
     be->impl = box; /* box starts with impl: cuda_impl_of works */
+    g_fault.be = be;
     be->name = "cuda";
     be->act_dtype = QLT_DTYPE_BF16;
     be->backward_a = QLT_BACKWARD_A_BF16;
@@ -461,6 +507,8 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->capture_end = cuda_capture_end;
     be->graph_launch = cuda_graph_launch;
     be->graph_free = cuda_graph_free;
+    be->fault_state = cuda_fault_state;
+    be->fault_inject = cuda_fault_inject;
     for (int i = 0; i < QLT_BACKEND_EVENTS; i++)
         CUDA_CHECK(cudaEventCreateWithFlags(&impl->marks[i], cudaEventDisableTiming));
     be->zero = qlt_cuda_zero;

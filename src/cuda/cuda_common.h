@@ -25,25 +25,22 @@ extern "C" {
 
 typedef __nv_bfloat16 bf16;
 
-/* Prints the failing statement, file and line and aborts: an op has no way to return an error, and a
- * failed launch or cuBLAS call inside a step is a bug or a dead device, never a user error. */
+/* A failed CUDA or cuBLAS call: with be->fault_unwind 0 (every command but train) it prints the failing
+ * statement, file and line and aborts, as an op has no way to return an error; with 1 the first failure is
+ * recorded for fault_state (an allocation failure with the context still answering is recoverable, anything
+ * else sticky) and the calls go on, the optimizer ops doing nothing from then on (backend_cuda.cu). */
+void qlt_cuda_fail_call(int cuda_error, int cublas_status, const char *stmt, const char *file, int line);
+/* 1 once a failure has been recorded (host side, no synchronization). */
+int qlt_cuda_faulted(void);
 #define CUDA_CHECK(stmt)                                                                                   \
     do {                                                                                                   \
         cudaError_t err_ = (stmt);                                                                         \
-        if (err_ != cudaSuccess) {                                                                         \
-            fprintf(stderr, "qlora-train: CUDA error '%s' in %s at %s:%d\n", cudaGetErrorString(err_),     \
-                    #stmt, __FILE__, __LINE__);                                                            \
-            abort();                                                                                       \
-        }                                                                                                  \
+        if (err_ != cudaSuccess) qlt_cuda_fail_call((int)err_, 0, #stmt, __FILE__, __LINE__);            \
     } while (0)
 #define CUBLAS_CHECK(stmt)                                                                                 \
     do {                                                                                                   \
         cublasStatus_t st_ = (stmt);                                                                       \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                                \
-            fprintf(stderr, "qlora-train: cuBLAS error %d (%s) in %s at %s:%d\n", (int)st_,                \
-                    cublasGetStatusString(st_), #stmt, __FILE__, __LINE__);                                \
-            abort();                                                                                       \
-        }                                                                                                  \
+        if (st_ != CUBLAS_STATUS_SUCCESS) qlt_cuda_fail_call(0, (int)st_, #stmt, __FILE__, __LINE__);    \
     } while (0)
 /* After every kernel launch (launch-configuration errors only: no synchronization). */
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())

@@ -5,11 +5,13 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "formats/safetensors.h"
@@ -17,6 +19,50 @@
 
 /* 2: + files (sizes and CRC-32s), model_fingerprint, tokenizer, lora shape, best eval loss, early stopping */
 #define TRAINER_STATE_VERSION 2
+
+/* QLT_TEST_KILL_IN_SAVE=PHASE[:STEP]: the process kills itself with SIGKILL when a save of step STEP (any save
+ * without it) reaches PHASE, so a test can land a kill between the files of a checkpoint deterministically. */
+static void test_kill_point(const qlt_trainer *t, const char *phase) {
+    const char *hook = qlt_env(QLT_ENV_TEST_KILL_IN_SAVE);
+    if (!hook) return;
+    size_t n = strlen(phase);
+    if (strncmp(hook, phase, n) != 0 || (hook[n] != '\0' && hook[n] != ':')) return;
+    if (hook[n] == ':' && strtoll(hook + n + 1, NULL, 10) != t->step) return;
+    fprintf(stderr, "qlora-train: QLT_TEST_KILL_IN_SAVE: killed at '%s' of the save of step %lld\n", phase,
+            (long long)t->step);
+    kill(getpid(), SIGKILL);
+}
+
+/* How many of a device array's count floats are NaN or infinite (downloaded whole). */
+static int64_t count_non_finite(const qlt_trainer *t, const float *dev, int64_t count) {
+    float *host = qlt_xmalloc(sizeof(float) * (size_t)(count > 0 ? count : 1));
+    t->be->download(t->be, host, dev, sizeof(float) * (size_t)count);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < count; i++) bad += !isfinite(host[i]);
+    free(host);
+    return bad;
+}
+
+/* A NaN never reaches a checkpoint: the adapter (and for a checkpoint both Adam moments) must be finite, else
+ * nothing is written and the earlier checkpoints stay the latest. */
+static int check_finite(const qlt_trainer *t, const char *dir, int checkpoint) {
+    int64_t n = t->lora.n_params;
+    int64_t bad_p = count_non_finite(t, t->lora.params, n);
+    int64_t bad_m = checkpoint ? count_non_finite(t, t->lora.m, n) : 0;
+    int64_t bad_v = checkpoint ? count_non_finite(t, t->lora.v, n) : 0;
+    if (bad_p + bad_m + bad_v == 0) return 0;
+    char *latest = qlt_checkpoint_find_latest(t->cfg->output.dir);
+    if (latest)
+        qlt_fail("%s: not written: %lld adapter values, %lld exp_avg and %lld exp_avg_sq values are NaN or infinite "
+                 "(step %lld); the latest checkpoint, %s, is kept: resume from it with a lower train.lr", dir,
+                 (long long)bad_p, (long long)bad_m, (long long)bad_v, (long long)t->step, latest);
+    else
+        qlt_fail("%s: not written: %lld adapter values, %lld exp_avg and %lld exp_avg_sq values are NaN or infinite "
+                 "(step %lld), and there is no earlier checkpoint: start again with a lower train.lr", dir,
+                 (long long)bad_p, (long long)bad_m, (long long)bad_v, (long long)t->step);
+    free(latest);
+    return -1;
+}
 
 static char *tmp_sibling(const char *dir) {
     char *p = NULL;
@@ -64,6 +110,13 @@ static int write_state(const qlt_trainer *t, const char *dir, int checkpoint) {
     cJSON_AddNumberToObject(s, "epoch", (double)t->epoch);
     cJSON_AddNumberToObject(s, "cursor", (double)t->cursor);
     cJSON_AddNumberToObject(s, "tokens_seen", (double)t->tokens_seen);
+    {   /* the optimizer's own counters (device memory): Adam's step count leaves out skipped steps */
+        qlt_optim_scalars sc;
+        t->be->download(t->be, &sc, t->scalars, sizeof sc);
+        cJSON_AddNumberToObject(s, "adam_step", (double)sc.adam_step);
+        cJSON_AddNumberToObject(s, "skipped_steps", (double)sc.skipped_steps);
+        cJSON_AddNumberToObject(s, "bad_streak", (double)sc.bad_streak);
+    }
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->cfg->train.seed);
     cJSON_AddStringToObject(s, "seed", seed); /* a string: 64-bit seeds do not fit a JSON double */
@@ -108,8 +161,10 @@ static int save_dir(const qlt_trainer *t, const char *dir, int checkpoint) {
     char *tmp = tmp_sibling(dir);
     qlt_remove_tree(tmp);
     int rc = qlt_mkdirs(tmp);
+    if (checkpoint) test_kill_point(t, "adapter");
     if (rc == 0) rc = qlt_lora_save_peft(&t->lora, &t->model.cfg, t->cfg->model.path, tmp);
     if (rc == 0 && checkpoint) {
+        test_kill_point(t, "optimizer");
         rc = write_optimizer(t, tmp);
         if (rc == 0) {
             char *cfg_path = qlt_path_join(tmp, "run_config.json");
@@ -118,17 +173,33 @@ static int save_dir(const qlt_trainer *t, const char *dir, int checkpoint) {
         }
     }
     /* last: its presence marks a complete checkpoint; in final/ it records the step the adapter is from */
+    if (rc == 0 && checkpoint) test_kill_point(t, "state");
     if (rc == 0) rc = write_state(t, tmp, checkpoint);
+    if (rc == 0 && checkpoint) test_kill_point(t, "rename");
     if (rc == 0) rc = replace_dir(tmp, dir);
     if (rc != 0) qlt_remove_tree(tmp);
     free(tmp);
     return rc;
 }
 
-int qlt_adapter_save(const qlt_trainer *t, const char *dir) { return save_dir(t, dir, 0); }
+int qlt_adapter_save(const qlt_trainer *t, const char *dir) {
+    QLT_TRY(check_finite(t, dir, 0));
+    return save_dir(t, dir, 0);
+}
 
 int qlt_checkpoint_save(const qlt_trainer *t, const char *dir) {
-    return save_dir(t, dir, 1) == 0 ? 0 : qlt_fail_context("saving checkpoint %s", dir);
+    QLT_TRY(check_finite(t, dir, 1));
+    if (save_dir(t, dir, 1) == 0) return 0;
+    /* nothing of it was renamed into place (its temporary folder is removed): the latest complete checkpoint is
+     * still the one before */
+    char cause[1024];
+    snprintf(cause, sizeof cause, "%s", qlt_error());
+    char *latest = qlt_checkpoint_find_latest(t->cfg->output.dir);
+    qlt_fail("saving checkpoint %s failed: %s; %s%s%s: free space on it or make output.dir writable, then --resume "
+             "auto", dir, cause, latest ? "the latest checkpoint, " : "there is no earlier checkpoint",
+             latest ? latest : "", latest ? ", is kept" : "");
+    free(latest);
+    return -1;
 }
 
 /* Every number of trainer_state.json is a count: a whole number from 0 to 2^53 (what a JSON double holds). */
@@ -235,6 +306,16 @@ int qlt_checkpoint_load(qlt_trainer *t, const char *dir) {
         fprintf(stderr, "qlora-train: warning: the checkpoint's run had %lld steps, this one has %lld: the learning "
                         "rate schedule continues with this run's length, so steps after %lld differ from the "
                         "original run\n", (long long)total, (long long)t->total_steps, (long long)step);
+    /* the optimizer's counters; a checkpoint written before they were recorded had no skipped steps */
+    int64_t adam_step = step, skipped = 0, streak = 0;
+    if (rc == 0 && cJSON_GetObjectItemCaseSensitive(s, "adam_step"))
+        rc = state_int(s, "adam_step", path, &adam_step) || state_int(s, "skipped_steps", path, &skipped) ||
+                     state_int(s, "bad_streak", path, &streak)
+                 ? -1
+                 : 0;
+    if (rc == 0 && (adam_step > step || skipped > step || streak > skipped))
+        rc = qlt_fail("%s: adam_step %lld, skipped_steps %lld and bad_streak %lld do not fit step %lld (corrupt "
+                      "checkpoint?)", path, (long long)adam_step, (long long)skipped, (long long)streak, (long long)step);
     qlt_run_state run = t->run;
     if (rc == 0) rc = read_run_state(s, path, &run, t->cfg->train.early_stopping_patience);
     cJSON_Delete(s);
@@ -258,6 +339,14 @@ int qlt_checkpoint_load(qlt_trainer *t, const char *dir) {
         free(opt);
     }
     if (rc != 0) return -1;
+    qlt_optim_scalars sc = {0};
+    sc.adam_step = adam_step;
+    sc.skipped_steps = skipped;
+    sc.bad_streak = (int32_t)streak;
+    t->be->upload(t->be, t->scalars, &sc, sizeof sc);
+    t->skipped_steps = skipped;
+    t->bad_streak = streak;
+    t->last_good_step = step;
     t->step = step;
     t->epoch = epoch;
     t->cursor = cursor;

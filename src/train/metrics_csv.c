@@ -19,12 +19,13 @@ FILE *qlt_metrics_csv_open(const char *path, int append) {
 
 void qlt_metrics_csv_step(FILE *f, const qlt_step_metrics *m) {
     double tokens_per_s = m->seconds > 0 ? (double)m->tokens / m->seconds : 0.0;
-    fprintf(f, "%lld,%.9g,%.9g,%.9g,%lld,%.1f,%lld,%.4f,%.4f,,,\n", (long long)m->step, m->loss, m->grad_norm, m->lr,
-            (long long)m->tokens_seen, tokens_per_s, (long long)m->counted, m->epoch, m->seconds);
+    fprintf(f, "%lld,%.9g,%.9g,%.9g,%lld,%.1f,%lld,%.4f,%.4f,,,,%lld\n", (long long)m->step, m->loss, m->grad_norm,
+            m->lr, (long long)m->tokens_seen, tokens_per_s, (long long)m->counted, m->epoch, m->seconds,
+            (long long)m->skipped_steps);
     fflush(f);
 }
 
 void qlt_metrics_csv_eval(FILE *f, int64_t step, double loss, int64_t counted) {
-    fprintf(f, "%lld,,,,,,,,,%.9g,%.9g,%lld\n", (long long)step, loss, exp(loss), (long long)counted);
+    fprintf(f, "%lld,,,,,,,,,%.9g,%.9g,%lld,\n", (long long)step, loss, exp(loss), (long long)counted);
     fflush(f);
 }

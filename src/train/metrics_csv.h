@@ -11,7 +11,7 @@
 
 #define QLT_METRICS_CSV_HEADER                                                                                   \
     "step,loss,grad_norm,lr,tokens,tokens_per_s,counted_tokens,epoch,step_time_s,eval_loss,eval_perplexity," \
-    "eval_tokens"
+    "eval_tokens,skipped_steps"
 
 /* Opens path to append (append = 1: a resumed run, the header only when the file is new or empty) or
  * to write afresh (append = 0). NULL with the error set when it cannot be opened. */

@@ -85,6 +85,7 @@ static void draw(qlt_progress *p) {
             append(line, sizeof line, &len, "  loss %.4f  lr %.2e  %.0f tok/s", p->loss_ema / debias, p->lr,
                    p->tokens_per_s_ema / debias);
         }
+        if (p->skipped_steps > 0) append(line, sizeof line, &len, "  skipped %lld", (long long)p->skipped_steps);
     }
     char elapsed[32], eta[32];
     double now = qlt_now_seconds();
@@ -111,9 +112,12 @@ void qlt_progress_step(qlt_progress *p, const qlt_step_metrics *m, size_t mem_no
     double tokens_per_s = m->seconds > 0 ? (double)m->tokens / m->seconds : 0.0;
     p->step = m->step;
     p->lr = m->lr;
-    p->loss_ema = EMA_BETA * p->loss_ema + (1 - EMA_BETA) * m->loss;
-    p->tokens_per_s_ema = EMA_BETA * p->tokens_per_s_ema + (1 - EMA_BETA) * tokens_per_s;
-    p->n_ema++;
+    p->skipped_steps = m->skipped_steps;
+    if (isfinite(m->loss)) { /* a skipped step's NaN would stay in the average for good */
+        p->loss_ema = EMA_BETA * p->loss_ema + (1 - EMA_BETA) * m->loss;
+        p->tokens_per_s_ema = EMA_BETA * p->tokens_per_s_ema + (1 - EMA_BETA) * tokens_per_s;
+        p->n_ema++;
+    }
     p->step_seconds_sum += m->seconds;
     p->n_steps++;
     p->mem_now = mem_now;
@@ -124,9 +128,12 @@ void qlt_progress_step(qlt_progress *p, const qlt_step_metrics *m, size_t mem_no
         return;
     }
     int every = p->log_every;
-    if (every > 0 && (m->step % every == 0 || last))
-        fprintf(p->out, "step %lld/%lld  loss %.4f  grad_norm %.4f  lr %.3g  %.0f tokens/s\n", (long long)m->step,
-                (long long)p->total_steps, m->loss, m->grad_norm, m->lr, tokens_per_s);
+    if (every > 0 && (m->step % every == 0 || last)) {
+        char skipped[48] = "";
+        if (m->skipped_steps > 0) snprintf(skipped, sizeof skipped, "  skipped %lld", (long long)m->skipped_steps);
+        fprintf(p->out, "step %lld/%lld  loss %.4f  grad_norm %.4f  lr %.3g  %.0f tokens/s%s\n", (long long)m->step,
+                (long long)p->total_steps, m->loss, m->grad_norm, m->lr, tokens_per_s, skipped);
+    }
 }
 
 void qlt_progress_line(qlt_progress *p, const char *fmt, ...) {

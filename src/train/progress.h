@@ -25,6 +25,7 @@ typedef struct qlt_progress {
     int64_t step;
     double loss_ema, tokens_per_s_ema, lr; /* EMAs before bias correction */
     int64_t n_ema;
+    int64_t skipped_steps; /* shown when not 0 */
     double step_seconds_sum;  /* of this run's steps: the ETA's rate */
     int64_t n_steps;
     size_t mem_now, mem_peak; /* backend bytes held now / at most */

@@ -106,16 +106,24 @@ static void tensorboard_write(qlt_run_log *log, int64_t step, const char *const 
     qlt_tensorboard_close(&log->tb);
 }
 
+static void json_number(char *buf, size_t n, double v) {
+    if (isfinite(v)) snprintf(buf, n, "%.9g", v);
+    else snprintf(buf, n, "null");
+}
+
 void qlt_run_log_step(qlt_run_log *log, const qlt_step_metrics *m) {
     if (!m->valid) return;
     double tokens_per_s = m->seconds > 0 ? (double)m->tokens / m->seconds : 0.0;
     const size_t peak_bytes = log->be && log->be->peak_bytes ? log->be->peak_bytes(log->be) : 0;
+    char loss[32], grad_norm[32]; /* a skipped step's NaN / infinity is null: JSON has no such numbers */
+    json_number(loss, sizeof loss, m->loss);
+    json_number(grad_norm, sizeof grad_norm, m->grad_norm);
     fprintf(log->jsonl,
-            "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"tokens\": %lld, "
+            "{\"step\": %lld, \"loss\": %s, \"grad_norm\": %s, \"lr\": %.9g, \"tokens\": %lld, "
             "\"tokens_per_s\": %.1f, \"counted_tokens\": %lld, \"epoch\": %.4f, \"step_time_s\": %.4f, "
-            "\"peak_bytes\": %zu}\n",
-            (long long)m->step, m->loss, m->grad_norm, m->lr, (long long)m->tokens_seen, tokens_per_s,
-            (long long)m->counted, m->epoch, m->seconds, peak_bytes);
+            "\"peak_bytes\": %zu, \"skipped_steps\": %lld}\n",
+            (long long)m->step, loss, grad_norm, m->lr, (long long)m->tokens_seen, tokens_per_s,
+            (long long)m->counted, m->epoch, m->seconds, peak_bytes, (long long)m->skipped_steps);
     fflush(log->jsonl);
     qlt_metrics_csv_step(log->csv, m);
     static const char *const tags[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s"};

@@ -229,6 +229,34 @@ static int open_sample_tokenizer(qlt_trainer *t) {
     return 0;
 }
 
+/* The test hooks QLT_TEST_NAN_AT_STEP (N or N-M) and QLT_TEST_DEVICE_FAULT (step:N:recoverable|sticky), each a fault in
+ * the middle of step N (docs/RELIABILITY.md). */
+static int read_test_hooks(qlt_trainer *t) {
+    const char *nan_at = qlt_env(QLT_ENV_TEST_NAN_AT_STEP), *fault = qlt_env(QLT_ENV_TEST_DEVICE_FAULT);
+    if (nan_at) {
+        char *end;
+        long long first = strtoll(nan_at, &end, 10), last = first;
+        if (*end == '-') last = strtoll(end + 1, &end, 10);
+        if (*end || first < 1 || last < first)
+            return qlt_fail("QLT_TEST_NAN_AT_STEP=%s: expected a step number N >= 1 or a range N-M (or unset it)",
+                            nan_at);
+        t->test_nan_step = first;
+        t->test_nan_last = last;
+    }
+    if (fault) {
+        long long n = 0;
+        char kind[16] = "";
+        int used = 0;
+        if (sscanf(fault, "step:%lld:%15[a-z]%n", &n, kind, &used) != 2 || fault[used] || n < 1 ||
+            (strcmp(kind, "recoverable") != 0 && strcmp(kind, "sticky") != 0))
+            return qlt_fail("QLT_TEST_DEVICE_FAULT=%s: expected step:N:recoverable or step:N:sticky (or unset it)",
+                            fault);
+        t->test_fault_step = n;
+        t->test_fault_sticky = strcmp(kind, "sticky") == 0;
+    }
+    return 0;
+}
+
 int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mode) {
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
@@ -240,6 +268,9 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
                         "e.g. --set model.path=/models/Qwen2.5-7B");
     t->be = qlt_device_backend_create(cfg->train.device, cfg->train.threads, cfg->train.cpu_reference);
     if (!t->be) return -1;
+    /* a device error in training unwinds to the trainer, which saves what it can (qlt_trainer_run) */
+    if (mode == QLT_TRAINER_TRAIN) t->be->fault_unwind = 1;
+    if (mode == QLT_TRAINER_TRAIN && read_test_hooks(t) != 0) goto fail;
     if (strcmp(t->be->name, "cuda") == 0) {
         if (cfg->train.backward_a == QLT_BACKWARD_PRECISION_FP16) t->be->backward_a = QLT_BACKWARD_A_FP16;
         else if (cfg->train.backward_a == QLT_BACKWARD_PRECISION_FP32) t->be->backward_a = QLT_BACKWARD_A_FP32;
@@ -305,8 +336,20 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         qlt_fail("out of %s memory", t->be->name);
         goto fail;
     }
+    {   /* the optimizer's counters start at zero (a resume sets them from the checkpoint) */
+        qlt_optim_scalars zero = {0};
+        t->be->upload(t->be, t->scalars, &zero, sizeof zero);
+    }
     if (plan_graph(t, mode) != 0) goto fail;
     if (choose_attention(t) != 0) goto fail;
+    if (t->be->fault_state) {
+        char msg[256];
+        if (t->be->fault_state(t->be, msg, sizeof msg) != QLT_FAULT_NONE) {
+            qlt_fail("%s device error while loading: %s; check the device (nvidia-smi) and start the run again",
+                     t->be->name, msg);
+            goto fail;
+        }
+    }
     if (mode == QLT_TRAINER_TRAIN) {
         int64_t rows_per_step = (int64_t)t->micro_batch * t->grad_accum;
         if (t->train.n_rows < rows_per_step) {
@@ -368,21 +411,31 @@ static void prepare_step(qlt_trainer *t, qlt_optim_scalars *s, int64_t *counted_
     int64_t counted = 0;
     for (int64_t i = 0; i < rows_per_step; i++)
         counted += qlt_batch_count_targets(t->train.labels + (size_t)t->order[t->cursor + i] * t->seq, 1, t->seq);
-    int64_t k = t->step + 1; /* Adam's step count after this update */
+    /* Adam's step count and the bias corrections are the device's (qlt_optim_guard): a skipped step does not
+     * count, and the host learns of it only a step later in graph mode */
     *s = (qlt_optim_scalars){
         .lr = (float)qlt_schedule_lr(&t->schedule, t->step),
         .beta1 = cfg->train.betas[0],
         .beta2 = cfg->train.betas[1],
         .eps = cfg->train.eps,
         .weight_decay = cfg->train.weight_decay,
-        .bias_correction1 = (float)(1.0 - pow((double)cfg->train.betas[0], (double)k)),
-        .bias_correction2 = (float)(1.0 - pow((double)cfg->train.betas[1], (double)k)),
         .max_grad_norm = cfg->train.max_grad_norm,
         .grad_scale = counted > 0 ? 1.0f / (float)counted : 0.0f,
     };
     for (int micro = 0; micro < t->grad_accum; micro++)
         t->stage_seeds[micro] = mix64(cfg->train.seed, (uint64_t)(t->step * t->grad_accum + micro));
     *counted_out = counted;
+}
+
+/* The test hooks in the middle of step t->step + 1 (eager: after its first micro-batch's backward): a NaN in the
+ * gradient, a device fault. */
+static void inject_test_faults(qlt_trainer *t) {
+    int64_t step = t->step + 1;
+    if (t->test_nan_step > 0 && step >= t->test_nan_step && step <= t->test_nan_last) {
+        float nan = NAN;
+        t->be->upload(t->be, t->lora.grads, &nan, sizeof nan);
+    }
+    if (t->test_fault_step == step && t->be->fault_inject) t->be->fault_inject(t->be, t->test_fault_sticky);
 }
 
 /* The device work of one step: zero the LoRA gradients, forward + backward of every micro-batch, the
@@ -404,6 +457,7 @@ static void enqueue_step_body(qlt_trainer *t, int staged) {
         qlt_graph_begin(&t->graph, 0);
         qlt_forward(&t->graph, &t->model, &bb->dev, &o);
         qlt_graph_backward(&t->graph);
+        if (micro == 0 && !staged) inject_test_faults(t);
     }
     if (be->phase) be->phase(be, QLT_PHASE_OPTIMIZER);
     be->grad_norm_sq(be, t->scalars, t->lora.grads, t->lora.n_params);
@@ -417,16 +471,16 @@ static int fill_metrics(qlt_step_metrics *out, const qlt_optim_scalars *s, const
     out->loss = rec->counted > 0 ? s->loss_sum / (double)rec->counted : 0.0;
     out->grad_norm = sqrt((double)s->grad_norm_sq);
     out->valid = 1;
+    out->skipped = s->skip != 0;
+    out->skipped_steps = s->skipped_steps;
+    out->bad_streak = s->bad_streak;
     /* step 1 runs before any update (a fresh adapter adds 0): a non-finite loss there is the model's, or
      * lora.init_from's adapter's, not the learning rate's */
     if (!isfinite(out->loss) && out->step == 1)
         return qlt_fail("step 1: the loss is %g before any update: the model (or the lora.init_from adapter) gives "
                         "non-finite values; `qlora-train inspect MODEL_DIR --check` names tensors holding NaN or "
                         "infinity", out->loss);
-    if (!isfinite(out->loss))
-        return qlt_fail("step %lld: the loss is %g (diverged): lower train.lr or set train.max_grad_norm",
-                        (long long)out->step, out->loss);
-    return 0;
+    return 0; /* a later non-finite step was skipped on the device; train.max_bad_steps in a row stop the run */
 }
 
 /* What the host knows of step t->step when it is enqueued (the device fills loss and norm). */
@@ -467,9 +521,10 @@ static int graph_step(qlt_trainer *t, qlt_step_metrics *out) {
     }
     t->pinned->send = s;
     memcpy(t->pinned_seeds, t->stage_seeds, sizeof(uint64_t) * (size_t)t->grad_accum);
-    be->upload_async(be, t->scalars, &t->pinned->send, sizeof s);
+    be->upload_async(be, t->scalars, &t->pinned->send, QLT_OPTIM_HOST_BYTES); /* not the device's counters */
     be->upload_async(be, t->dropout_seeds, t->pinned_seeds, sizeof(uint64_t) * (size_t)t->grad_accum);
     be->event_record(be, QLT_EVENT_SENT);
+    if (t->test_fault_step == t->step + 1 && be->fault_inject) be->fault_inject(be, t->test_fault_sticky);
     if (!t->step_graph) { /* the first step is captured, then replayed like every later one */
         QLT_TRY(be->capture_begin(be));
         enqueue_step_body(t, 1);
@@ -504,7 +559,7 @@ static int eager_step(qlt_trainer *t, qlt_step_metrics *out) {
     qlt_optim_scalars s;
     int64_t counted;
     prepare_step(t, &s, &counted);
-    be->upload(be, t->scalars, &s, sizeof s);
+    be->upload(be, t->scalars, &s, QLT_OPTIM_HOST_BYTES); /* not the device's counters */
     be->upload(be, t->dropout_seeds, t->stage_seeds, sizeof(uint64_t) * (size_t)t->grad_accum);
     enqueue_step_body(t, 0);
     qlt_step_metrics rec = step_record(t, &s, counted);
@@ -534,7 +589,7 @@ int64_t qlt_trainer_eval_batches(const qlt_trainer *t, const qlt_dataset *ds) {
 int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, int64_t *counted_out) {
     qlt_backend *be = t->be;
     qlt_optim_scalars s = {0};
-    be->upload(be, t->scalars, &s, sizeof s);
+    be->upload(be, t->scalars, &s, QLT_OPTIM_HOST_BYTES); /* loss_sum 0; the optimizer's counters stay */
     int64_t counted = 0;
     for (int64_t first = 0; first < ds->n_rows; first += t->micro_batch) {
         stage_rows(t, ds, NULL, first);
@@ -559,9 +614,72 @@ static char *checkpoint_dir(const qlt_trainer *t, int64_t step) {
     return qlt_path_join(t->cfg->output.dir, name);
 }
 
-/* A finished step into the run's logs and progress (src/train/run_log.c). */
-static void report_step(qlt_run_log *log, const qlt_trainer *t, const qlt_step_metrics *m) {
+/* A finished step into the run's logs and progress (src/train/run_log.c), and its skip counts into t. */
+static void report_step(qlt_run_log *log, qlt_trainer *t, const qlt_step_metrics *m) {
+    if (!m->valid) return;
     qlt_run_log_step(log, m);
+    t->skipped_steps = m->skipped_steps;
+    t->bad_streak = m->bad_streak;
+    if (!m->skipped) t->last_good_step = m->step;
+}
+
+/* train.max_bad_steps skipped steps in a row: the adapter and AdamW state are still those of the last good step
+ * (no skipped step changed them); they are saved with the progress so far, and the run stops. */
+static int stop_after_bad_steps(qlt_trainer *t, qlt_run_log *metrics) {
+    qlt_step_metrics m;
+    QLT_TRY(qlt_trainer_flush(t, &m)); /* graph mode: the step still in flight */
+    report_step(metrics, t, &m);
+    char *dir = checkpoint_dir(t, t->step);
+    int rc = qlt_checkpoint_save(t, dir);
+    if (rc == 0) qlt_run_log_saved(metrics, t->step, dir);
+    if (rc == 0)
+        rc = qlt_fail("step %lld: %d steps in a row had a non-finite loss or gradient norm (train.max_bad_steps %d; "
+                      "%lld skipped in all): stopped; %s holds the adapter and optimizer state of step %lld, the last "
+                      "good one: lower train.lr, check the data, or raise train.max_bad_steps, then --resume auto",
+                      (long long)t->step, t->cfg->train.max_bad_steps, t->cfg->train.max_bad_steps,
+                      (long long)t->skipped_steps, dir, (long long)t->last_good_step);
+    free(dir);
+    return rc;
+}
+
+/* After a step was enqueued: a device error recorded meanwhile (fault_unwind) ends the run. A recoverable one left
+ * the optimizer state of the step before it (its grad_norm_sq and adamw did nothing), which is saved as that
+ * step's checkpoint; after a sticky one nothing can be read back, and the last checkpoint stays as it is. */
+static int handle_device_fault(qlt_trainer *t, qlt_run_log *metrics) {
+    char msg[256];
+    int state = t->be->fault_state ? t->be->fault_state(t->be, msg, sizeof msg) : QLT_FAULT_NONE;
+    if (state == QLT_FAULT_NONE) return 0;
+    int64_t failed = t->before_step.step + 1;
+    if (state == QLT_FAULT_STICKY) {
+        char *latest = qlt_checkpoint_find_latest(t->cfg->output.dir);
+        int rc = latest ? qlt_fail("step %lld: %s device error: %s; the device is unusable (a sticky error: nothing "
+                                   "can be read back from it, nothing saved): the last checkpoint, %s, is kept: "
+                                   "check the device (nvidia-smi), then --resume auto", (long long)failed,
+                                   t->be->name, msg, latest)
+                        : qlt_fail("step %lld: %s device error: %s; the device is unusable (a sticky error: nothing "
+                                   "can be read back from it) and no checkpoint was written before it: check the "
+                                   "device (nvidia-smi) and start the run again", (long long)failed, t->be->name, msg);
+        free(latest);
+        return rc;
+    }
+    t->step = t->before_step.step; /* the failed step never happened */
+    t->epoch = t->before_step.epoch;
+    t->cursor = t->before_step.cursor;
+    t->tokens_seen = t->before_step.tokens_seen;
+    t->step_in_flight = 0;
+    char *dir = checkpoint_dir(t, t->step);
+    int rc = qlt_checkpoint_save(t, dir);
+    if (rc == 0) {
+        qlt_run_log_saved(metrics, t->step, dir);
+        rc = qlt_fail("step %lld: %s device error: %s; the device's memory is still readable: %s holds the adapter "
+                      "and optimizer state after step %lld: free the device's memory (or lower train.micro_batch), "
+                      "then --resume auto", (long long)failed, t->be->name, msg, dir, (long long)t->step);
+    } else {
+        rc = qlt_fail_context("step %lld: %s device error: %s; saving the state after step %lld failed",
+                              (long long)failed, t->be->name, msg, (long long)t->step);
+    }
+    free(dir);
+    return rc;
 }
 
 static int run_eval_and_log(qlt_trainer *t, qlt_run_log *metrics) {
@@ -638,15 +756,28 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
     if (rc == 0 && t->step == 0 && t->sample_tok) rc = sample_answer(t, "before training");
     qlt_step_metrics m;
     while (t->step < t->total_steps && rc == 0) {
+        t->before_step.step = t->step;
+        t->before_step.epoch = t->epoch;
+        t->before_step.cursor = t->cursor;
+        t->before_step.tokens_seen = t->tokens_seen;
         rc = qlt_trainer_step(t, &m);
+        if (rc == 0) rc = handle_device_fault(t, metrics);
         if (rc != 0) break;
         report_step(metrics, t, &m);
+        if (cfg->train.max_bad_steps > 0 && t->bad_streak >= cfg->train.max_bad_steps) {
+            rc = stop_after_bad_steps(t, metrics);
+            break;
+        }
         int stop_signal = qlt_run_signal_caught(); /* SIGINT / SIGTERM: a checkpoint now, then stop */
         int want_eval = t->eval.n_rows > 0 && cfg->train.eval_every > 0 && t->step % cfg->train.eval_every == 0;
         int want_save = (cfg->output.save_every > 0 && t->step % cfg->output.save_every == 0) || stop_signal;
         if (want_eval || want_save) { /* graph mode: the step's own metrics first */
             rc = qlt_trainer_flush(t, &m);
             report_step(metrics, t, &m);
+            if (rc == 0 && cfg->train.max_bad_steps > 0 && t->bad_streak >= cfg->train.max_bad_steps) {
+                rc = stop_after_bad_steps(t, metrics);
+                break;
+            }
         }
         if (rc == 0 && want_eval) rc = run_eval_and_log(t, metrics);
         if (rc == 0 && (want_save || t->run.early_stopped)) {
@@ -666,6 +797,7 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
         rc = qlt_trainer_flush(t, &m);
         report_step(metrics, t, &m);
     }
+    if (rc == 0) rc = handle_device_fault(t, metrics);
     if (rc == 0 && t->eval.n_rows > 0 && !(cfg->train.eval_every > 0 && t->step % cfg->train.eval_every == 0))
         rc = run_eval_and_log(t, metrics);
     qlt_run_log_close(metrics, rc == 0);

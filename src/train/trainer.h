@@ -29,6 +29,9 @@ typedef struct qlt_step_metrics {
     int64_t tokens_seen; /* after this step */
     double epoch;     /* fractional epoch after this step */
     double seconds;   /* wall time of the step (graph mode: between consecutive completions) */
+    int skipped;      /* 1: its loss or gradient norm was not finite: the update was skipped */
+    int64_t skipped_steps; /* steps skipped since the run began, this one included */
+    int64_t bad_streak;    /* skipped steps in a row ending with this one */
 } qlt_step_metrics;
 
 /* CUDA graph mode's pinned host copies of the optimizer scalars. */
@@ -82,6 +85,15 @@ typedef struct qlt_trainer {
     qlt_generate_opts sample_opts;
     double eval_loss_first, eval_loss_last; /* this run's first and last eval losses (NAN: none yet) */
     qlt_run_state run;       /* best eval loss, early stopping, the signal that stopped the run */
+    /* numerical and device faults (docs/RELIABILITY.md) */
+    int64_t skipped_steps, bad_streak; /* as the latest metrics read back said */
+    int64_t last_good_step;  /* the latest step whose update was applied (0: none) */
+    struct {
+        int64_t step, epoch, cursor, tokens_seen;
+    } before_step;           /* the progress before the step being enqueued: what a device fault rolls back to */
+    int64_t test_nan_step, test_nan_last; /* QLT_TEST_NAN_AT_STEP: steps test_nan_step..test_nan_last (0: off) */
+    int64_t test_fault_step; /* QLT_TEST_DEVICE_FAULT (0: off) */
+    int test_fault_sticky;
     /* called after each micro-batch of qlt_trainer_evaluate when set (the run's progress line; the eval
      * command's progress lines) */
     void (*eval_progress)(void *ctx, int64_t done, int64_t total);

@@ -191,7 +191,7 @@ static void expect_csv_matches_jsonl(const char *run, int want_steps, int want_e
     cr_expect_str_eq(row, QLT_METRICS_CSV_HEADER);
     static const char *const columns[] = {"step", "loss", "grad_norm", "lr", "tokens", "tokens_per_s",
                                           "counted_tokens", "epoch", "step_time_s", "eval_loss", "eval_perplexity",
-                                          "eval_tokens"};
+                                          "eval_tokens", "skipped_steps"};
     int steps = 0, evals = 0, i = 0;
     for (row = strtok_r(NULL, "\n", &save); row; row = strtok_r(NULL, "\n", &save), i++) {
         cr_assert_lt(i, n, "metrics.csv has more rows than metrics.jsonl has lines");
@@ -199,11 +199,11 @@ static void expect_csv_matches_jsonl(const char *run, int want_steps, int want_e
         steps += !is_eval;
         evals += is_eval;
         char *field = row;
-        for (int c = 0; c < 12; c++) {
+        for (int c = 0; c < 13; c++) {
             char *comma = strchr(field, ',');
-            cr_assert(c == 11 || comma, "row %d has fewer than 12 fields: %s", i + 1, row);
+            cr_assert(c == 12 || comma, "row %d has fewer than 13 fields: %s", i + 1, row);
             if (comma) *comma = 0;
-            int wanted = c == 0 || (is_eval ? c >= 9 : c < 9);
+            int wanted = c == 0 || (is_eval ? c >= 9 && c < 12 : c < 9 || c == 12);
             if (wanted) {
                 cr_assert(field[0], "row %d: %s is empty", i + 1, columns[c]);
                 double v = strtod(field, NULL);
