@@ -525,6 +525,10 @@ static int graph_step(qlt_trainer *t, qlt_step_metrics *out) {
     be->upload_async(be, t->dropout_seeds, t->pinned_seeds, sizeof(uint64_t) * (size_t)t->grad_accum);
     be->event_record(be, QLT_EVENT_SENT);
     if (t->test_fault_step == t->step + 1 && be->fault_inject) be->fault_inject(be, t->test_fault_sticky);
+    if (be->fault_state && be->fault_state(be, NULL, 0) != QLT_FAULT_NONE) { /* a captured step would run AdamW */
+        out->valid = 0;
+        return 0;
+    }
     if (!t->step_graph) { /* the first step is captured, then replayed like every later one */
         QLT_TRY(be->capture_begin(be));
         enqueue_step_body(t, 1);

@@ -1163,6 +1163,83 @@ void check_lm_head_loss(void) {
 
 /* ---- optimizer ---- */
 
+/* Poisoned steps against the CPU twin (qlt_optim_guard on both): a NaN gradient, an infinite one, a NaN loss_sum with
+ * a finite gradient. Each sets skip and counts it on both, and AdamW leaves p, m and v bit for bit; the good step
+ * after them is Adam's step 1 on both, with the same bias corrections and the same update. */
+static void check_optimizer_skips(void) {
+    gpu_rng r = {23};
+    const int64_t n = 100003;
+    qlt_backend *cpu = qlt_backend_cpu_create(1, 1);
+    float *g = hrand_f32(&r, n, 0.5f), *p = hrand_f32(&r, n, 0.1f);
+    float *m = malloc(sizeof(float) * (size_t)n), *v = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) m[i] = 0.01f * gpu_rng_normal(&r), v[i] = 0.001f * gpu_rng_uniform(&r);
+    float *p0 = malloc(sizeof(float) * (size_t)n), *m0 = malloc(sizeof(float) * (size_t)n);
+    float *v0 = malloc(sizeof(float) * (size_t)n);
+    memcpy(p0, p, sizeof(float) * (size_t)n), memcpy(m0, m, sizeof(float) * (size_t)n);
+    memcpy(v0, v, sizeof(float) * (size_t)n);
+    float *dp = df32(p, n), *dm = df32(m, n), *dv = df32(v, n);
+    qlt_optim_scalars host = {0}, cpu_sc;
+    host.lr = 1e-3f, host.beta1 = 0.9f, host.beta2 = 0.999f, host.eps = 1e-8f, host.weight_decay = 0.01f;
+    host.max_grad_norm = 1.0f;
+    qlt_optim_scalars *dsc = dalloc(sizeof host);
+    G->upload(G, dsc, &host, sizeof host);
+    cpu_sc = host;
+    static const char *const cases[] = {"NaN gradient", "infinite gradient", "NaN loss_sum", "good step after"};
+    for (int c = 0; c < 4; c++) {
+        float poison = c == 0 ? NAN : INFINITY, keep = g[n / 2];
+        if (c < 2) g[n / 2] = poison;
+        float *dg_step = df32(g, n);
+        if (c < 2) g[n / 2] = keep;
+        /* the host part of the scalars as the trainer sends it: loss_sum 0 (NaN for the third case) */
+        host.loss_sum = c == 2 ? NAN : 0.0f;
+        G->upload(G, dsc, &host, QLT_OPTIM_HOST_BYTES);
+        memcpy(&cpu_sc, &host, QLT_OPTIM_HOST_BYTES);
+        G->grad_norm_sq(G, dsc, dg_step, n);
+        G->adamw(G, dp, dg_step, dm, dv, n, dsc);
+        float *gc = malloc(sizeof(float) * (size_t)n);
+        memcpy(gc, g, sizeof(float) * (size_t)n);
+        if (c < 2) gc[n / 2] = poison;
+        cpu->grad_norm_sq(cpu, &cpu_sc, gc, n);
+        cpu->adamw(cpu, p, gc, m, v, n, &cpu_sc);
+        free(gc);
+        qlt_optim_scalars got;
+        G->download(G, &got, dsc, sizeof got);
+        int want_skip = c < 3;
+        gpu_check_row("skip flag", cases[c], got.skip == want_skip && cpu_sc.skip == want_skip ? 0.0 : 1.0, 0.0,
+                      "differs");
+        gpu_check_row("skip counters", cases[c],
+                      got.skipped_steps == cpu_sc.skipped_steps && got.bad_streak == cpu_sc.bad_streak &&
+                              got.adam_step == cpu_sc.adam_step && got.adam_step == (c == 3)
+                          ? 0.0
+                          : 1.0,
+                      0.0, "differs");
+        float *hp = hget_f32(dp, n), *hm = hget_f32(dm, n), *hv = hget_f32(dv, n);
+        size_t bytes = sizeof(float) * (size_t)n;
+        if (want_skip) {
+            gpu_check_row("adamw skipped: p, m, v unchanged", cases[c],
+                          memcmp(hp, p0, bytes) || memcmp(hm, m0, bytes) || memcmp(hv, v0, bytes) ||
+                                  memcmp(p, p0, bytes) || memcmp(m, m0, bytes) || memcmp(v, v0, bytes)
+                              ? 1.0
+                              : 0.0,
+                          0.0, "changed");
+        } else {
+            gpu_check_row("bias corrections (step 1)", cases[c],
+                          memcmp(&got.bias_correction1, &cpu_sc.bias_correction1, 4) ||
+                                  memcmp(&got.bias_correction2, &cpu_sc.bias_correction2, 4)
+                              ? 1.0
+                              : 0.0,
+                          0.0, "differs");
+            row("adamw p after skips", cases[c], hp, p, n, 1e-6);
+            row("adamw m after skips", cases[c], hm, m, n, 1e-6);
+            row("adamw v after skips", cases[c], hv, v, n, 1e-6);
+        }
+        free(hp), free(hm), free(hv);
+    }
+    dfree_all();
+    cpu->destroy(cpu);
+    free(g), free(p), free(m), free(v), free(p0), free(m0), free(v0);
+}
+
 void check_optimizer(void) {
     if (!gpu()) return;
     gpu_rng r = {19};
@@ -1211,6 +1288,7 @@ void check_optimizer(void) {
         dfree_all();
         free(g), free(p), free(m), free(v), free(hp), free(hm), free(hv);
     }
+    check_optimizer_skips();
 }
 
 /* ---- CUDA graph capture: a chain of ops captured and replayed equals the eager run ---- */

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -338,6 +339,18 @@ Test(faults, non_finite_state_is_never_saved) {
 
 /* ---- kills ---- */
 
+/* 1 when out holds a temporary save (a name with ".tmp-"): the kill landed inside a save. */
+static int has_temporary(const char *out) {
+    DIR *d = opendir(out);
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".tmp-")) found = 1;
+    closedir(d);
+    return found;
+}
+
 /* Starts `qlora-train train` with argv's arguments, its output into log; with fsize > 0 the child may write files
  * of at most fsize bytes (RLIMIT_FSIZE, SIGXFSZ ignored: a longer write fails with EFBIG). */
 static pid_t spawn_train(const fault_files *f, const char *out, int steps, const char *log, long fsize) {
@@ -386,7 +399,7 @@ Test(faults, kills_at_any_moment_resume_exactly, .timeout = 600) {
 
     static const char *const phases[] = {"adapter", "optimizer", "state", "rename"};
     unsigned short rng[3] = {2026, 11, 28};
-    int kills = 0, in_save = 0, finished = 0;
+    int kills = 0, in_save = 0, finished = 0, random_in_save = 0, before_first = 0;
     for (int i = 0; i < 24 && !finished; i++) {
         int save_kill = i % 3 == 2;
         if (save_kill) setenv("QLT_TEST_KILL_IN_SAVE", phases[in_save % 4], 1);
@@ -413,11 +426,18 @@ Test(faults, kills_at_any_moment_resume_exactly, .timeout = 600) {
             if (save_kill) {
                 cr_expect(strstr(text, "QLT_TEST_KILL_IN_SAVE: killed at"), "run %d: %s", i, text);
                 in_save++;
+            } else {
+                /* past start-up (which removes an earlier kill's leftovers), a temporary save is this run's */
+                int started = strstr(text, "step ") != NULL;
+                random_in_save += started && has_temporary(out);
+                before_first += !started;
             }
         }
         free(text);
         expect_latest_whole(out, -1);
     }
+    fprintf(stderr, "faults: %d kills (%d by the save hook; of the random ones %d inside a save, %d before a first "
+            "step), latest checkpoint whole after each\n", kills, in_save, random_in_save, before_first);
     cr_expect_geq(kills, 20, "only %d kills landed before the run finished", kills);
     cr_expect_eq(in_save, 8);
     cr_assert_eq(train(&f, out, steps, "--resume auto", &said), 0, "%s", said);
