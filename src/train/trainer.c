@@ -637,10 +637,10 @@ static int stop_after_bad_steps(qlt_trainer *t, qlt_run_log *metrics) {
     int rc = qlt_checkpoint_save(t, dir);
     if (rc == 0) qlt_run_log_saved(metrics, t->step, dir);
     if (rc == 0)
-        rc = qlt_fail("step %lld: %d steps in a row had a non-finite loss or gradient norm (train.max_bad_steps %d; "
+        rc = qlt_fail("step %lld: %lld steps in a row had a non-finite loss or gradient norm (train.max_bad_steps %d; "
                       "%lld skipped in all): stopped; %s holds the adapter and optimizer state of step %lld, the last "
                       "good one: lower train.lr, check the data, or raise train.max_bad_steps, then --resume auto",
-                      (long long)t->step, t->cfg->train.max_bad_steps, t->cfg->train.max_bad_steps,
+                      (long long)t->step, (long long)t->bad_streak, t->cfg->train.max_bad_steps,
                       (long long)t->skipped_steps, dir, (long long)t->last_good_step);
     free(dir);
     return rc;
@@ -765,7 +765,9 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
         t->before_step.cursor = t->cursor;
         t->before_step.tokens_seen = t->tokens_seen;
         rc = qlt_trainer_step(t, &m);
-        if (rc == 0) rc = handle_device_fault(t, metrics);
+        /* a device error first: what the failed step read back (its metrics) is not to be trusted */
+        int fault_rc = handle_device_fault(t, metrics);
+        if (fault_rc != 0) rc = fault_rc;
         if (rc != 0) break;
         report_step(metrics, t, &m);
         if (cfg->train.max_bad_steps > 0 && t->bad_streak >= cfg->train.max_bad_steps) {
