@@ -254,9 +254,19 @@ Test(bad_input, cli_unsupported_architecture) {
                              "supported: LlamaForCausalLM");
 }
 
-Test(bad_input, cli_sliding_window_shorter_than_seq) {
-    expect_config_edit_error("tiny-llama", "\"vocab_size\":", "\"sliding_window\": 4, \"vocab_size\":",
-                             "sliding_window 4 is shorter than data.seq_len", "set data.seq_len <= 4");
+Test(bad_input, cli_sliding_window_values) {
+    expect_config_edit_error("tiny-mistral", "\"sliding_window\": 6", "\"sliding_window\": -6", "'sliding_window'",
+                             "non-negative integer");
+    expect_config_edit_error("tiny-mistral", "\"sliding_window\": 6", "\"sliding_window\": 0", "'sliding_window'",
+                             "positive integer or null");
+    /* Qwen2 with use_sliding_window: layer_types (transformers 5) must name each layer's kind */
+    char *dir = copy_fixture("tiny-qwen2");
+    edit_file(dir, "config.json", "\"use_sliding_window\": false", "\"use_sliding_window\": true");
+    edit_file(dir, "config.json", "\"sliding_window\": null", "\"sliding_window\": 4");
+    edit_file(dir, "config.json", "\"full_attention\",", "\"sliding\",");
+    expect_eval_error(dir, "", "config.json: layer_types[0]", "\"sliding_attention\"");
+    qlt_remove_tree(dir);
+    free(dir);
 }
 
 Test(bad_input, cli_head_dim_too_large) {
