@@ -34,6 +34,18 @@ FIXTURES = {
         "without": {"sliding_window": None},  # the config change the golden must be sensitive to
         "seed": 25,
     },
+    # tiny-qwen2-swa: Qwen2 with use_sliding_window; max_window_layers 1 of 2, so layer 0 attends fully and layer 1
+    # slides (config.json saves it as transformers 5's layer_types); q/k/v bias, tied embeddings.
+    "tiny-qwen2-swa": {
+        "class": "Qwen2ForCausalLM",
+        "config": dict(vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6,
+                       rope_theta=1000000.0, use_sliding_window=True, sliding_window=5, max_window_layers=1,
+                       tie_word_embeddings=True, initializer_range=0.08),
+        "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "without": {"use_sliding_window": False},
+        "seed": 26,
+    },
 }
 
 

@@ -13,7 +13,9 @@
  *   only alloc/free/upload/download/sync do.
  * - Packed examples: seg_start[t] is the index, inside t's row, of the first token of t's example
  *   (examples are contiguous, so seg_start never decreases along a row; kernels may rely on it).
- *   Token t may attend to key j of the same row iff seg_start[t] <= j <= t. */
+ *   Token t may attend to key j of the same row iff seg_start[t] <= j <= t. A sliding-window layer
+ *   hands attention the batch's seg_window instead (max(seg_start[t], t - window + 1), also never
+ *   decreasing), so the same contract masks by example, causality and window at once. */
 #ifndef QLT_BACKEND_H
 #define QLT_BACKEND_H
 

@@ -106,6 +106,23 @@ static int parse_sliding_window(qlt_model_config *mc, const cJSON *root, const c
     return 0;
 }
 
+void qlt_model_describe_attention(const qlt_model_config *mc, char *buf, size_t size) {
+    int n = 0, first = -1, last = -1, layers = mc->n_layers < QLT_MAX_LAYERS ? mc->n_layers : QLT_MAX_LAYERS;
+    for (int l = 0; l < layers && mc->sliding_window > 0; l++) {
+        if (!mc->layer_sliding[l]) continue;
+        if (first < 0) first = l;
+        last = l;
+        n++;
+    }
+    if (n == 0) snprintf(buf, size, "full causal");
+    else if (n == mc->n_layers) snprintf(buf, size, "sliding window %d on every layer", mc->sliding_window);
+    else if (last - first + 1 == n && last == mc->n_layers - 1)
+        snprintf(buf, size, "sliding window %d on layers %d-%d (full causal on 0-%d)", mc->sliding_window, first, last,
+                 first - 1);
+    else snprintf(buf, size, "sliding window %d on %d of %d layers (full causal on the others)", mc->sliding_window, n,
+                  mc->n_layers);
+}
+
 int qlt_model_window_matters(const qlt_model_config *mc, int seq) {
     if (mc->sliding_window <= 0 || mc->sliding_window >= seq) return 0;
     for (int l = 0; l < mc->n_layers && l < QLT_MAX_LAYERS; l++)

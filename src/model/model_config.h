@@ -6,6 +6,7 @@
 #ifndef QLT_MODEL_CONFIG_H
 #define QLT_MODEL_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum qlt_arch {
@@ -55,6 +56,9 @@ typedef struct qlt_model_config {
 static inline int qlt_model_layer_window(const qlt_model_config *mc, int l) {
     return mc->sliding_window > 0 && l < QLT_MAX_LAYERS && mc->layer_sliding[l] ? mc->sliding_window : 0;
 }
+/* One line on the attention: "full causal" or "sliding window N on every layer" / "on layers 2-3 (full on
+ * 0-1)" / "on 4 of 8 layers (layer_types)", what `inspect` prints. */
+void qlt_model_describe_attention(const qlt_model_config *mc, char *buf, size_t size);
 /* 1 when some layer slides with a window shorter than seq tokens (the window then changes what is computed). */
 int qlt_model_window_matters(const qlt_model_config *mc, int seq);
 

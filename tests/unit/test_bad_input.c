@@ -602,6 +602,15 @@ Test(cli, inspect_reports_model) {
     cr_expect(strstr(out, "model.layers.2.mlp.down_proj.weight"), "%s", out);
     cr_expect(strstr(out, "F32"), "%s", out);
     cr_expect(strstr(out, "NF4 (block 64) whole model"), "%s", out);
+    cr_expect(strstr(out, "attention: full causal"), "%s", out);
+    free(args);
+    free(out);
+    char *mistral = test_fixture_path("tiny-mistral", NULL);
+    if (asprintf(&args, "inspect %s", mistral) < 0) abort();
+    cr_assert_eq(test_run_cli(NULL, args, &out), 0, "%s", out);
+    cr_expect(strstr(out, "architecture: MistralForCausalLM"), "%s", out);
+    cr_expect(strstr(out, "attention: sliding window 6 on every layer"), "%s", out);
+    free(mistral);
     free(args);
     free(out);
     if (asprintf(&args, "inspect %s/adapter-init", dir) < 0) abort();

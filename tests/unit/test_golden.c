@@ -1,6 +1,7 @@
 /* test_golden.c: the CPU backend, in both modes (the reference ops and the default float32 / OpenBLAS ones),
  * against Hugging Face transformers + PEFT (float64 goldens) on the tiny fixtures (tiny-mistral: a sliding
- * window of 6 over 24 tokens, so the window decides what most queries see), at the same
+ * window of 6 over 24 tokens, so the window decides what most queries see; tiny-qwen2-swa: Qwen2's window of
+ * 5 on layer 1 only), at the same
  * tolerances for both: logits and loss without and with the initial adapter (F32 and BF16 weights), and every
  * LoRA gradient after one backward; with LoRA dropout (no golden for it), the gradients against central
  * differences of the loss the forward computes. */
@@ -154,6 +155,8 @@ ParameterizedTestParameters(golden, forward) {
         {"tiny-qwen3", "model.safetensors", 1e-5, 0},
         {"tiny-mistral", "model.safetensors", 1e-5, 1},
         {"tiny-mistral", "model.safetensors", 1e-5, 0},
+        {"tiny-qwen2-swa", "model.safetensors", 1e-5, 1},
+        {"tiny-qwen2-swa", "model.safetensors", 1e-5, 0},
         {"tiny-qwen2", "model.bf16.safetensors", 2e-2, 1},
         {"tiny-qwen2", "model.bf16.safetensors", 2e-2, 0},
         {"tiny-llama", "model.bf16.safetensors", 2e-2, 1},
@@ -193,6 +196,8 @@ ParameterizedTestParameters(golden, gradients) {
         {"tiny-qwen3", "model.safetensors", 1e-4, 0},
         {"tiny-mistral", "model.safetensors", 1e-4, 1},
         {"tiny-mistral", "model.safetensors", 1e-4, 0},
+        {"tiny-qwen2-swa", "model.safetensors", 1e-4, 1},
+        {"tiny-qwen2-swa", "model.safetensors", 1e-4, 0},
     };
     return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
 }

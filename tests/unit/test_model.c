@@ -168,6 +168,15 @@ Test(model, sliding_window_layers_follow_transformers) {
     qlt_model_config mc;
     parse_window("MistralForCausalLM", "\"sliding_window\": 8", &mc);
     cr_expect(qlt_model_window_matters(&mc, 9) && !qlt_model_window_matters(&mc, 8));
+    char line[160];
+    qlt_model_describe_attention(&mc, line, sizeof line);
+    cr_expect_str_eq(line, "sliding window 8 on every layer");
     parse_window("Qwen2ForCausalLM", "\"use_sliding_window\": true, \"sliding_window\": 8", &mc); /* layers 28.. */
     cr_expect(!qlt_model_window_matters(&mc, 100));
+    qlt_model_describe_attention(&mc, line, sizeof line);
+    cr_expect_str_eq(line, "full causal");
+    parse_window("Qwen2ForCausalLM", "\"use_sliding_window\": true, \"sliding_window\": 8, \"max_window_layers\": 1",
+                 &mc);
+    qlt_model_describe_attention(&mc, line, sizeof line);
+    cr_expect_str_eq(line, "sliding window 8 on layers 1-3 (full causal on 0-0)");
 }
