@@ -161,6 +161,23 @@ Test(generate, decoder_refuses_overflow_and_bad_ids) {
     gen_model_close(&g);
 }
 
+/* A backend other than the CPU one (here the CPU backend under another name, standing for CUDA, whose decode
+ * kernel has no window) refuses a sliding window shorter than the cache in one line naming the CPU path, and
+ * takes the model when the window covers the whole cache. */
+Test(generate, decoder_refuses_a_window_off_the_cpu) {
+    gen_model g;
+    gen_model_open(&g, "tiny-mistral", 0);
+    const char *name = g.be->name;
+    g.be->name = "cuda";
+    qlt_kv_decoder d;
+    cr_expect_neq(qlt_kv_decoder_init(&d, &g.model, NULL, 24, 4), 0);
+    cr_expect(strstr(qlt_error(), "sliding_window 6") && strstr(qlt_error(), "train.device: cpu"), "%s", qlt_error());
+    cr_assert_eq(qlt_kv_decoder_init(&d, &g.model, NULL, 6, 4), 0, "%s", qlt_error());
+    qlt_kv_decoder_free(&d);
+    g.be->name = name;
+    gen_model_close(&g);
+}
+
 static char scratch_buf[1 << 16];
 
 Test(sample, greedy_penalty_and_filters) {
