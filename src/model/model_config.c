@@ -3,7 +3,6 @@
 
 #include <cjson/cJSON.h>
 #include <float.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,11 +60,11 @@ static int get_bool(const cJSON *root, const char *key, int def, int *out, const
     return 0;
 }
 
-/* Sliding-window attention as transformers 5 decides it. Mistral (and Phi-3): every layer slides when
+/* Sliding-window attention as transformers 5 decides it. Mistral: every layer slides when
  * sliding_window is a number (MistralConfig's default 4096 when the key is absent, none when null). Qwen2 /
  * Qwen3: only with use_sliding_window true (default false); then layer_types names each layer's kind when
  * config.json has it (transformers 5), else the layers from max_window_layers (default 28) on slide. Llama
- * has no sliding window. A window query t sees keys j with t - j < sliding_window. */
+ * has no sliding window. A sliding layer's query t sees keys j with t - j < sliding_window. */
 static int parse_sliding_window(qlt_model_config *mc, const cJSON *root, const char *path) {
     mc->sliding_window = 0;
     if (mc->arch == QLT_ARCH_LLAMA) return 0;
@@ -106,6 +105,12 @@ static int parse_sliding_window(qlt_model_config *mc, const cJSON *root, const c
     return 0;
 }
 
+/* "layer a" or "layers a-b" */
+static void layer_range(char *buf, size_t size, int a, int b) {
+    if (a == b) snprintf(buf, size, "layer %d", a);
+    else snprintf(buf, size, "layers %d-%d", a, b);
+}
+
 void qlt_model_describe_attention(const qlt_model_config *mc, char *buf, size_t size) {
     int n = 0, first = -1, last = -1, layers = mc->n_layers < QLT_MAX_LAYERS ? mc->n_layers : QLT_MAX_LAYERS;
     for (int l = 0; l < layers && mc->sliding_window > 0; l++) {
@@ -114,13 +119,19 @@ void qlt_model_describe_attention(const qlt_model_config *mc, char *buf, size_t 
         last = l;
         n++;
     }
-    if (n == 0) snprintf(buf, size, "full causal");
-    else if (n == mc->n_layers) snprintf(buf, size, "sliding window %d on every layer", mc->sliding_window);
-    else if (last - first + 1 == n && last == mc->n_layers - 1)
-        snprintf(buf, size, "sliding window %d on layers %d-%d (full causal on 0-%d)", mc->sliding_window, first, last,
-                 first - 1);
-    else snprintf(buf, size, "sliding window %d on %d of %d layers (full causal on the others)", mc->sliding_window, n,
-                  mc->n_layers);
+    char slide[48], full[48];
+    if (n == 0) {
+        snprintf(buf, size, "full causal");
+    } else if (n == mc->n_layers) {
+        snprintf(buf, size, "sliding window %d on every layer", mc->sliding_window);
+    } else if (last - first + 1 == n && last == mc->n_layers - 1) { /* Qwen2's max_window_layers layout */
+        layer_range(slide, sizeof slide, first, last);
+        layer_range(full, sizeof full, 0, first - 1);
+        snprintf(buf, size, "sliding window %d on %s (full causal on %s)", mc->sliding_window, slide, full);
+    } else {
+        snprintf(buf, size, "sliding window %d on %d of %d layers (full causal on the others)", mc->sliding_window, n,
+                 mc->n_layers);
+    }
 }
 
 int qlt_model_window_matters(const qlt_model_config *mc, int seq) {

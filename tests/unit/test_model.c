@@ -178,5 +178,12 @@ Test(model, sliding_window_layers_follow_transformers) {
     parse_window("Qwen2ForCausalLM", "\"use_sliding_window\": true, \"sliding_window\": 8, \"max_window_layers\": 1",
                  &mc);
     qlt_model_describe_attention(&mc, line, sizeof line);
-    cr_expect_str_eq(line, "sliding window 8 on layers 1-3 (full causal on 0-0)");
+    cr_expect_str_eq(line, "sliding window 8 on layers 1-3 (full causal on layer 0)");
+    parse_window("Qwen2ForCausalLM", "\"use_sliding_window\": true, \"max_window_layers\": 3", &mc);
+    qlt_model_describe_attention(&mc, line, sizeof line);
+    cr_expect_str_eq(line, "sliding window 4096 on layer 3 (full causal on layers 0-2)");
+    parse_window("Qwen3ForCausalLM", "\"use_sliding_window\": true, \"sliding_window\": 8, \"layer_types\": "
+                 "[\"sliding_attention\", \"full_attention\", \"sliding_attention\", \"full_attention\"]", &mc);
+    qlt_model_describe_attention(&mc, line, sizeof line);
+    cr_expect_str_eq(line, "sliding window 8 on 2 of 4 layers (full causal on the others)");
 }
