@@ -192,8 +192,13 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
         }
     }
     if (!found) {
-        qlt_fail("%s: architecture '%s' is not supported (supported: LlamaForCausalLM, Qwen2ForCausalLM, "
-                 "Qwen3ForCausalLM, MistralForCausalLM)", path, a0->valuestring);
+        /* Phi-3 / Phi-4 are asked for by name: say what is missing */
+        const char *why = strcmp(a0->valuestring, "Phi3ForCausalLM") == 0
+                              ? " yet (its fused qkv_proj / gate_up_proj with their LoRA and LongRoPE are not "
+                                "implemented)"
+                              : "";
+        qlt_fail("%s: architecture '%s' is not supported%s (supported: LlamaForCausalLM, Qwen2ForCausalLM, "
+                 "Qwen3ForCausalLM, MistralForCausalLM)", path, a0->valuestring, why);
         goto done;
     }
     snprintf(mc->arch_name, sizeof mc->arch_name, "%s", a0->valuestring);

@@ -250,8 +250,10 @@ Test(bad_input, cli_shape_mismatch) {
 }
 
 Test(bad_input, cli_unsupported_architecture) {
-    expect_config_edit_error("tiny-qwen3", "Qwen3ForCausalLM", "Phi3ForCausalLM", "Phi3ForCausalLM",
-                             "supported: LlamaForCausalLM");
+    expect_config_edit_error("tiny-qwen3", "Qwen3ForCausalLM", "Phi3ForCausalLM",
+                             "Phi3ForCausalLM' is not supported yet", "supported: LlamaForCausalLM");
+    expect_config_edit_error("tiny-qwen3", "Qwen3ForCausalLM", "GPT2LMHeadModel",
+                             "'GPT2LMHeadModel' is not supported (", "supported: LlamaForCausalLM");
 }
 
 Test(bad_input, cli_sliding_window_values) {
