@@ -13,7 +13,9 @@
  *   only alloc/free/upload/download/sync do.
  * - Packed examples: seg_start[t] is the index, inside t's row, of the first token of t's example
  *   (examples are contiguous, so seg_start never decreases along a row; kernels may rely on it).
- *   Token t may attend to key j of the same row iff seg_start[t] <= j <= t. */
+ *   Token t may attend to key j of the same row iff seg_start[t] <= j <= t. A sliding-window layer
+ *   hands attention the batch's seg_window instead (max(seg_start[t], t - window + 1), also never
+ *   decreasing), so the same contract masks by example, causality and window at once. */
 #ifndef QLT_BACKEND_H
 #define QLT_BACKEND_H
 
@@ -276,11 +278,12 @@ struct qlt_backend {
     /* Inference with a KV cache: n new queries q [n, n_heads*head_dim] at the consecutive positions pos [n]
      * (backend memory: pos[i] = pos[0] + i) against the keys and values of positions 0 .. pos[n-1],
      * k_cache / v_cache [>= pos[n-1]+1, n_kv_heads*head_dim] (the new tokens' rows already stored); query i
-     * attends keys 0 .. pos[i]. max_keys >= pos[n-1] + 1 bounds the keys and sizes the launch, so a captured
-     * step replays with new positions. out [n, n_heads*head_dim]. */
+     * attends keys 0 .. pos[i], or with window > 0 (a sliding-window layer) only the keys j with
+     * pos[i] - j < window. max_keys >= pos[n-1] + 1 bounds the keys and sizes the launch, so a captured
+     * step replays with new positions. out [n, n_heads*head_dim]. The CUDA backend takes window 0 only. */
     void (*attention_decode)(qlt_backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
                              const int32_t *pos, int64_t max_keys, int64_t n, int n_heads, int n_kv_heads,
-                             int head_dim, float scale);
+                             int head_dim, float scale, int window);
     /* The new tokens' keys and values into the cache: k_cache[pos[i]] = k_new[i], v_cache[pos[i]] = v_new[i]
      * (rows of width elements, activation dtype; pos [n] backend memory). */
     void (*kv_store)(qlt_backend *be, void *k_cache, void *v_cache, const void *k_new, const void *v_new,

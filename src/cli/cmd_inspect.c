@@ -94,6 +94,9 @@ int qlt_cmd_inspect(int argc, char **argv) {
     printf("rope: theta %g%s  rms_eps %g  tied embeddings: %s  qkv bias: %s  qk norm: %s\n", mc.rope_theta,
            mc.rope_type == QLT_ROPE_LLAMA3 ? " (llama3 scaling)" : "", mc.rms_eps, mc.tie_word_embeddings ? "yes" : "no",
            mc.attention_bias ? "yes" : "no", mc.qk_norm ? "yes" : "no");
+    char attn[160];
+    qlt_model_describe_attention(&mc, attn, sizeof attn);
+    printf("attention: %s\n", attn);
     printf("parameters (from config): %lld total, %lld in linear layers\n", (long long)qlt_model_total_params(&mc),
            (long long)qlt_model_linear_params(&mc));
     qlt_st_dir d;

@@ -128,9 +128,9 @@ static void cpu_rope(qlt_backend *be, void *x, const int32_t *pos, const float *
 
 static void cpu_attention_decode(qlt_backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
                                  const int32_t *pos, int64_t max_keys, int64_t n, int n_heads, int n_kv_heads,
-                                 int head_dim, float scale) {
+                                 int head_dim, float scale, int window) {
     QLT_ASSERT(n >= 1 && pos[n - 1] == pos[0] + n - 1 && pos[n - 1] < max_keys);
-    qlt_cpu_attention_decode(out, q, k_cache, v_cache, pos[0], n, n_heads, n_kv_heads, head_dim, scale);
+    qlt_cpu_attention_decode(out, q, k_cache, v_cache, pos[0], n, n_heads, n_kv_heads, head_dim, scale, window);
 }
 
 static void cpu_kv_store(qlt_backend *be, void *k_cache, void *v_cache, const void *k_new, const void *v_new,

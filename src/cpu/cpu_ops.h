@@ -33,9 +33,10 @@ void qlt_cpu_attention_bwd(float *dq, float *dk, float *dv, float *scratch, cons
                            const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                            int head_dim, float scale);
 /* Attention of n new queries against a KV cache (backend.h attention_decode): query i (position past + i)
- * attends keys 0 .. past + i of k / v [past + n, n_kv_heads * head_dim]; sums in double as the forward. */
+ * attends keys 0 .. past + i of k / v [past + n, n_kv_heads * head_dim] (with window > 0 only the last window
+ * of them: past + i - j < window); sums in double as the forward. */
 void qlt_cpu_attention_decode(float *out, const float *q, const float *k, const float *v, int64_t past, int64_t n,
-                              int n_heads, int n_kv_heads, int head_dim, float scale);
+                              int n_heads, int n_kv_heads, int head_dim, float scale, int window);
 /* gu [N, 2I] = (gate | up) per row; h [N, I]; dgu may be gu */
 void qlt_cpu_swiglu_fwd(float *h, const float *gu, int64_t n, int64_t inter);
 void qlt_cpu_swiglu_bwd(float *dgu, const float *dh, const float *gu, int64_t n, int64_t inter);

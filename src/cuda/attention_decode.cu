@@ -159,8 +159,9 @@ static __global__ void attn_decode_combine_kernel(bf16 *out, const float *part, 
 
 void qlt_cuda_attention_decode(qlt_backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
                                const int32_t *pos, int64_t max_keys, int64_t n, int n_heads, int n_kv_heads,
-                               int head_dim, float scale) {
+                               int head_dim, float scale, int window) {
     if (n <= 0) return;
+    QLT_ASSERT(window == 0); /* sliding windows are refused on CUDA before generation starts (kv_decoder.c) */
     QLT_ASSERT(head_dim <= DEC_MAX_HD && n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n <= 65535 && max_keys >= n);
     cuda_impl *impl = cuda_impl_of(be);
     const int64_t keys = max_keys;

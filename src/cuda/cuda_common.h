@@ -286,7 +286,7 @@ void qlt_cuda_kv_store(qlt_backend *be, void *k_cache, void *v_cache, const void
                        const int32_t *pos, int64_t n, int64_t width);
 void qlt_cuda_attention_decode(qlt_backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
                                const int32_t *pos, int64_t max_keys, int64_t n, int n_heads, int n_kv_heads,
-                               int head_dim, float scale);
+                               int head_dim, float scale, int window);
 
 /* cross_entropy.cu */
 size_t qlt_cuda_loss_scratch_bytes(qlt_backend *be, int64_t n, int64_t v);

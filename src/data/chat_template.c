@@ -1,7 +1,9 @@
-/* chat_template.c: chatml and llama3 rendering with assistant-only loss (see chat_template.h). */
+/* chat_template.c: chatml, llama3, mistral and phi3 rendering with assistant-only loss (see chat_template.h). */
 #include "data/chat_template.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -10,6 +12,8 @@
 static const char *const chatml_tokens[] = {"<|im_start|>", "<|im_end|>"};
 static const char *const llama3_tokens[] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                                             "<|eot_id|>"};
+static const char *const mistral_tokens[] = {"<s>", "</s>"}; /* [INST] / [/INST]: tokens in V2 and later only */
+static const char *const phi3_tokens[] = {"<|system|>", "<|user|>", "<|assistant|>", "<|end|>"};
 
 const char *qlt_chat_template_name(qlt_chat_template t) { return qlt_config_enum_text("data.chat_template", t); }
 
@@ -17,7 +21,8 @@ static int check_tokens(const qlt_tokenizer *tok, const char *name, const char *
     for (int i = 0; i < n; i++)
         if (qlt_tokenizer_token_id(tok, tokens[i]) < 0)
             return qlt_fail("data.chat_template: %s needs the token %s, which the tokenizer does not have (set "
-                            "data.chat_template to the model's template: chatml for Qwen, llama3 for Llama-3)",
+                            "data.chat_template to the model's template: chatml for Qwen, llama3 for Llama-3, mistral "
+                            "for Mistral, phi3 for Phi-3)",
                             name, tokens[i]);
     return 0;
 }
@@ -25,13 +30,22 @@ static int check_tokens(const qlt_tokenizer *tok, const char *name, const char *
 int qlt_chat_template_resolve(qlt_chat_template choice, const qlt_tokenizer *tok, qlt_chat_template *out) {
     if (choice == QLT_CHAT_TEMPLATE_AUTO) {
         /* the template the tokenizer's configuration names first, then the special tokens it has */
+        static const struct {
+            const char *name, *token;
+            qlt_chat_template t;
+        } known[] = {{"chatml", "<|im_start|>", QLT_CHAT_TEMPLATE_CHATML},
+                     {"llama3", "<|start_header_id|>", QLT_CHAT_TEMPLATE_LLAMA3},
+                     {"mistral", "[INST]", QLT_CHAT_TEMPLATE_MISTRAL},
+                     {"phi3", "<|user|>", QLT_CHAT_TEMPLATE_PHI3}};
         const char *named = qlt_tokenizer_chat_template(tok);
-        if (named) choice = strcmp(named, "chatml") == 0 ? QLT_CHAT_TEMPLATE_CHATML : QLT_CHAT_TEMPLATE_LLAMA3;
-        else if (qlt_tokenizer_token_id(tok, "<|im_start|>") >= 0) choice = QLT_CHAT_TEMPLATE_CHATML;
-        else if (qlt_tokenizer_token_id(tok, "<|start_header_id|>") >= 0) choice = QLT_CHAT_TEMPLATE_LLAMA3;
-        else
-            return qlt_fail("data.chat_template: auto found neither <|im_start|> (chatml) nor <|start_header_id|> "
-                            "(llama3) in the tokenizer; data.format: chat needs one of these templates");
+        for (size_t i = 0; i < sizeof known / sizeof known[0] && choice == QLT_CHAT_TEMPLATE_AUTO; i++)
+            if (named && strcmp(named, known[i].name) == 0) choice = known[i].t;
+        for (size_t i = 0; i < sizeof known / sizeof known[0] && choice == QLT_CHAT_TEMPLATE_AUTO && !named; i++)
+            if (qlt_tokenizer_token_id(tok, known[i].token) >= 0) choice = known[i].t;
+        if (choice == QLT_CHAT_TEMPLATE_AUTO)
+            return qlt_fail("data.chat_template: auto found none of <|im_start|> (chatml), <|start_header_id|> "
+                            "(llama3), [INST] (mistral), <|user|> (phi3) in the tokenizer or its chat template; set "
+                            "data.chat_template to one of them");
     }
     if (choice == QLT_CHAT_TEMPLATE_CHATML) {
         *out = choice;
@@ -41,7 +55,15 @@ int qlt_chat_template_resolve(qlt_chat_template choice, const qlt_tokenizer *tok
         *out = choice;
         return check_tokens(tok, "llama3", llama3_tokens, 4);
     }
-    return qlt_fail("data.chat_template = %d: not a template (use auto, chatml or llama3)", (int)choice);
+    if (choice == QLT_CHAT_TEMPLATE_MISTRAL) {
+        *out = choice;
+        return check_tokens(tok, "mistral", mistral_tokens, 2);
+    }
+    if (choice == QLT_CHAT_TEMPLATE_PHI3) {
+        *out = choice;
+        return check_tokens(tok, "phi3", phi3_tokens, 4);
+    }
+    return qlt_fail("data.chat_template = %d: not a template (use auto, chatml, llama3, mistral or phi3)", (int)choice);
 }
 
 /* Python's str.isspace() (what Jinja's `trim` strips), over Unicode code points. */
@@ -80,8 +102,74 @@ static const char *trimmed(const char *content, size_t *len) {
     return (const char *)s;
 }
 
+/* [INST] or [/INST]: by id where the tokenizer has it (V2 and later), else as text (V1). */
+static int mistral_mark(const qlt_tokenizer *tok, qlt_encoder *enc, const char *mark, int train, qlt_ids *ids,
+                        qlt_ids *labels) {
+    int32_t id = qlt_tokenizer_token_id(tok, mark);
+    if (id >= 0) {
+        qlt_labeled_push(ids, labels, id, train);
+        return 0;
+    }
+    return qlt_labeled_text(enc, mark, train, ids, labels);
+}
+
+static int mistral_encode(const qlt_tokenizer *tok, qlt_encoder *enc, const qlt_chat_message *msgs, int n_msgs,
+                          int train_all, qlt_ids *ids, qlt_ids *labels) {
+    const int v1 = qlt_tokenizer_token_id(tok, "[INST]") < 0; /* no [INST] token: pieces without spaces */
+    const char *system = NULL;
+    qlt_labeled_push(ids, labels, qlt_tokenizer_token_id(tok, "<s>"), train_all);
+    for (int m = 0; m < n_msgs; m++) {
+        const char *role = msgs[m].role;
+        if (strcmp(role, "system") == 0) {
+            system = msgs[m].content;
+            continue;
+        }
+        int user = strcmp(role, "user") == 0;
+        if (!user && strcmp(role, "assistant") != 0)
+            return qlt_fail("data.chat_template mistral: message %d has role '%s'; Mistral's template knows system, "
+                            "user and assistant", m, role);
+        int train = train_all || !user;
+        if (user) QLT_TRY(mistral_mark(tok, enc, "[INST]", train_all, ids, labels));
+        /* " CONTENT" (V2+), or CONTENT alone when the normalizer puts the space (V1); system + "\n\n" first */
+        size_t n = strlen(msgs[m].content) + (system && user ? strlen(system) + 2 : 0) + 2;
+        char *text = qlt_xmalloc(n);
+        snprintf(text, n, "%s%s%s%s", v1 ? "" : " ", system && user ? system : "", system && user ? "\n\n" : "",
+                 msgs[m].content);
+        if (user) system = NULL;
+        int rc = qlt_labeled_text(enc, text, train, ids, labels);
+        free(text);
+        QLT_TRY(rc);
+        if (user) QLT_TRY(mistral_mark(tok, enc, "[/INST]", train_all, ids, labels));
+        else qlt_labeled_push(ids, labels, qlt_tokenizer_token_id(tok, "</s>"), train);
+    }
+    return 0;
+}
+
+static int phi3_encode(const qlt_tokenizer *tok, qlt_encoder *enc, const qlt_chat_message *msgs, int n_msgs,
+                       int train_all, qlt_ids *ids, qlt_ids *labels) {
+    int32_t end = qlt_tokenizer_token_id(tok, "<|end|>");
+    for (int m = 0; m < n_msgs; m++) {
+        char header[32];
+        snprintf(header, sizeof header, "<|%.20s|>", msgs[m].role);
+        int32_t id = qlt_tokenizer_token_id(tok, header);
+        if (strlen(msgs[m].role) > 20 || id < 0 ||
+            (strcmp(msgs[m].role, "system") && strcmp(msgs[m].role, "user") && strcmp(msgs[m].role, "assistant")))
+            return qlt_fail("data.chat_template phi3: message %d has role '%s'; Phi-3's template knows system, user "
+                            "and assistant", m, msgs[m].role);
+        int train = train_all || strcmp(msgs[m].role, "assistant") == 0;
+        qlt_labeled_push(ids, labels, id, train_all);
+        QLT_TRY(qlt_labeled_text(enc, "\n", train_all, ids, labels));
+        QLT_TRY(qlt_labeled_text(enc, msgs[m].content, train, ids, labels));
+        qlt_labeled_push(ids, labels, end, train);
+        QLT_TRY(qlt_labeled_text(enc, "\n", train_all, ids, labels));
+    }
+    return 0;
+}
+
 int qlt_chat_encode(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *enc, const qlt_chat_message *msgs,
                     int n_msgs, int train_all, qlt_ids *ids, qlt_ids *labels) {
+    if (t == QLT_CHAT_TEMPLATE_MISTRAL) return mistral_encode(tok, enc, msgs, n_msgs, train_all, ids, labels);
+    if (t == QLT_CHAT_TEMPLATE_PHI3) return phi3_encode(tok, enc, msgs, n_msgs, train_all, ids, labels);
     if (t == QLT_CHAT_TEMPLATE_CHATML) {
         int32_t start = qlt_tokenizer_token_id(tok, "<|im_start|>"), end = qlt_tokenizer_token_id(tok, "<|im_end|>");
         for (int m = 0; m < n_msgs; m++) {
@@ -118,7 +206,12 @@ int qlt_chat_encode_prompt(qlt_chat_template t, const qlt_tokenizer *tok, qlt_en
                            const qlt_chat_message *msgs, int n_msgs, qlt_ids *ids) {
     qlt_ids labels = {0};
     int rc = qlt_chat_encode(t, tok, enc, msgs, n_msgs, 1, ids, &labels);
-    if (rc == 0 && t == QLT_CHAT_TEMPLATE_CHATML) {
+    if (t == QLT_CHAT_TEMPLATE_MISTRAL) {
+        /* the prompt ends in [/INST]: the assistant's turn needs no header */
+    } else if (rc == 0 && t == QLT_CHAT_TEMPLATE_PHI3) {
+        qlt_labeled_push(ids, &labels, qlt_tokenizer_token_id(tok, "<|assistant|>"), 1);
+        rc = qlt_labeled_text(enc, "\n", 1, ids, &labels);
+    } else if (rc == 0 && t == QLT_CHAT_TEMPLATE_CHATML) {
         qlt_labeled_push(ids, &labels, qlt_tokenizer_token_id(tok, "<|im_start|>"), 1);
         rc = qlt_labeled_text(enc, "assistant\n", 1, ids, &labels);
     } else if (rc == 0) {
@@ -132,5 +225,8 @@ int qlt_chat_encode_prompt(qlt_chat_template t, const qlt_tokenizer *tok, qlt_en
 }
 
 int32_t qlt_chat_end_of_turn(qlt_chat_template t, const qlt_tokenizer *tok) {
-    return qlt_tokenizer_token_id(tok, t == QLT_CHAT_TEMPLATE_CHATML ? "<|im_end|>" : "<|eot_id|>");
+    static const char *const end[QLT_CHAT_TEMPLATE_COUNT] = {
+        [QLT_CHAT_TEMPLATE_CHATML] = "<|im_end|>", [QLT_CHAT_TEMPLATE_LLAMA3] = "<|eot_id|>",
+        [QLT_CHAT_TEMPLATE_MISTRAL] = "</s>", [QLT_CHAT_TEMPLATE_PHI3] = "<|end|>"};
+    return t > QLT_CHAT_TEMPLATE_AUTO && t < QLT_CHAT_TEMPLATE_COUNT ? qlt_tokenizer_token_id(tok, end[t]) : -1;
 }

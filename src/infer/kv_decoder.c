@@ -6,6 +6,7 @@
  * The last token's hidden state goes through the final norm and the lm_head. */
 #include "infer/kv_decoder.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,10 @@ int qlt_kv_decoder_init(qlt_kv_decoder *d, const qlt_model *m, const qlt_lora *l
     if (!be->attention_decode || !be->kv_store)
         return qlt_fail("the %s backend cannot generate (no attention over a KV cache)", be->name);
     if (max_len < 1 || max_chunk < 1) return qlt_fail("generate: a length of at least one token is needed");
+    if (qlt_model_window_matters(c, (int)(max_len < INT32_MAX ? max_len : INT32_MAX)) && strcmp(be->name, "cpu") != 0)
+        return qlt_fail("generate: the model's sliding_window %d is shorter than the %lld tokens to generate over: "
+                        "sliding-window attention runs on the CPU path (train.device: cpu) and the GPU path does not "
+                        "support it yet", c->sliding_window, (long long)max_len);
     if (max_chunk > max_len) max_chunk = max_len;
     d->m = m;
     d->lora = lora;
@@ -155,7 +160,7 @@ static void forward_chunk(qlt_kv_decoder *d, int64_t n) {
         be->kv_store(be, d->k_cache[l], d->v_cache[l], k_final, d->v_new, d->pos, n, kvdim);
         /* the launch sized for the whole cache, the same in every step: eager and replayed steps add alike */
         be->attention_decode(be, d->attn, q_final, d->k_cache[l], d->v_cache[l], d->pos, d->max_len, n, c->n_heads,
-                             c->n_kv_heads, c->head_dim, scale);
+                             c->n_kv_heads, c->head_dim, scale, qlt_model_layer_window(c, l));
         const qlt_weight *wo = &L->proj[QLT_PROJ_O];
         be->linear_fwd(be, d->o, d->attn, &wo, 1, NULL, n);
         void *o_out[1] = {d->o};

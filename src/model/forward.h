@@ -17,6 +17,10 @@ typedef struct qlt_batch_dev {
     int32_t *targets;   /* labels shifted left within each row: targets[t] = labels[t+1], -100 at row end */
     int32_t *positions; /* t - seg_start[t] */
     int32_t *seg_start;
+    int window;          /* the model's sliding window the batch was staged for (0: none) */
+    int32_t *seg_window; /* max(seg_start[t], t - window + 1): the first key a sliding-window layer's query t
+                            sees (same example, causal, t - j < window); seg_start itself when window is 0.
+                            It never decreases along a row, so the attention kernels take it as seg_start. */
 } qlt_batch_dev;
 
 typedef struct qlt_forward_opts {

@@ -3,7 +3,6 @@
 
 #include <cjson/cJSON.h>
 #include <float.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +60,87 @@ static int get_bool(const cJSON *root, const char *key, int def, int *out, const
     return 0;
 }
 
+/* Sliding-window attention as transformers 5 decides it. Mistral: every layer slides when
+ * sliding_window is a number (MistralConfig's default 4096 when the key is absent, none when null). Qwen2 /
+ * Qwen3: only with use_sliding_window true (default false); then layer_types names each layer's kind when
+ * config.json has it (transformers 5), else the layers from max_window_layers (default 28) on slide. Llama
+ * has no sliding window. A sliding layer's query t sees keys j with t - j < sliding_window. */
+static int parse_sliding_window(qlt_model_config *mc, const cJSON *root, const char *path) {
+    mc->sliding_window = 0;
+    if (mc->arch == QLT_ARCH_LLAMA) return 0;
+    int qwen = mc->arch == QLT_ARCH_QWEN2 || mc->arch == QLT_ARCH_QWEN3;
+    int use = 1;
+    if (qwen) QLT_TRY(get_bool(root, "use_sliding_window", 0, &use, path));
+    if (!use) return 0;
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (sw && cJSON_IsNull(sw)) return 0;
+    int window;
+    QLT_TRY(get_int(root, "sliding_window", 0, 4096, &window, path));
+    if (window < 1) return qlt_fail("%s: 'sliding_window' must be a positive integer or null (got %d)", path, window);
+    if (mc->n_layers > QLT_MAX_LAYERS)
+        return qlt_fail("%s: %d layers with sliding-window attention; at most %d are supported", path, mc->n_layers,
+                        QLT_MAX_LAYERS);
+    mc->sliding_window = window;
+    if (!qwen) {
+        memset(mc->layer_sliding, 1, (size_t)mc->n_layers);
+        return 0;
+    }
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (types && !cJSON_IsNull(types)) {
+        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != mc->n_layers)
+            return qlt_fail("%s: 'layer_types' must be a list of num_hidden_layers (%d) strings", path, mc->n_layers);
+        for (int l = 0; l < mc->n_layers; l++) {
+            const cJSON *t = cJSON_GetArrayItem(types, l);
+            int full = cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0;
+            int slide = cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
+            if (!full && !slide)
+                return qlt_fail("%s: layer_types[%d] must be \"full_attention\" or \"sliding_attention\"", path, l);
+            mc->layer_sliding[l] = (unsigned char)slide;
+        }
+        return 0;
+    }
+    int from;
+    QLT_TRY(get_int(root, "max_window_layers", 0, 28, &from, path));
+    for (int l = from; l < mc->n_layers; l++) mc->layer_sliding[l] = 1;
+    return 0;
+}
+
+/* "layer a" or "layers a-b" */
+static void layer_range(char *buf, size_t size, int a, int b) {
+    if (a == b) snprintf(buf, size, "layer %d", a);
+    else snprintf(buf, size, "layers %d-%d", a, b);
+}
+
+void qlt_model_describe_attention(const qlt_model_config *mc, char *buf, size_t size) {
+    int n = 0, first = -1, last = -1, layers = mc->n_layers < QLT_MAX_LAYERS ? mc->n_layers : QLT_MAX_LAYERS;
+    for (int l = 0; l < layers && mc->sliding_window > 0; l++) {
+        if (!mc->layer_sliding[l]) continue;
+        if (first < 0) first = l;
+        last = l;
+        n++;
+    }
+    char slide[48], full[48];
+    if (n == 0) {
+        snprintf(buf, size, "full causal");
+    } else if (n == mc->n_layers) {
+        snprintf(buf, size, "sliding window %d on every layer", mc->sliding_window);
+    } else if (last - first + 1 == n && last == mc->n_layers - 1) { /* Qwen2's max_window_layers layout */
+        layer_range(slide, sizeof slide, first, last);
+        layer_range(full, sizeof full, 0, first - 1);
+        snprintf(buf, size, "sliding window %d on %s (full causal on %s)", mc->sliding_window, slide, full);
+    } else {
+        snprintf(buf, size, "sliding window %d on %d of %d layers (full causal on the others)", mc->sliding_window, n,
+                 mc->n_layers);
+    }
+}
+
+int qlt_model_window_matters(const qlt_model_config *mc, int seq) {
+    if (mc->sliding_window <= 0 || mc->sliding_window >= seq) return 0;
+    for (int l = 0; l < mc->n_layers && l < QLT_MAX_LAYERS; l++)
+        if (mc->layer_sliding[l]) return 1;
+    return 0;
+}
+
 static int parse_rope(qlt_model_config *mc, const cJSON *root, const char *path) {
     /* transformers 5 nests everything under rope_parameters; older files use rope_theta + rope_scaling. */
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
@@ -112,8 +192,13 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
         }
     }
     if (!found) {
-        qlt_fail("%s: architecture '%s' is not supported (supported: LlamaForCausalLM, Qwen2ForCausalLM, "
-                 "Qwen3ForCausalLM, MistralForCausalLM)", path, a0->valuestring);
+        /* Phi-3 / Phi-4 are asked for by name: say what is missing */
+        const char *why = strcmp(a0->valuestring, "Phi3ForCausalLM") == 0
+                              ? " yet (its fused qkv_proj / gate_up_proj with their LoRA and LongRoPE are not "
+                                "implemented)"
+                              : "";
+        qlt_fail("%s: architecture '%s' is not supported%s (supported: LlamaForCausalLM, Qwen2ForCausalLM, "
+                 "Qwen3ForCausalLM, MistralForCausalLM)", path, a0->valuestring, why);
         goto done;
     }
     snprintf(mc->arch_name, sizeof mc->arch_name, "%s", a0->valuestring);
@@ -143,11 +228,7 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
     mc->context_length = cJSON_IsNumber(max_pos) && max_pos->valuedouble >= 1 && max_pos->valuedouble <= 1e9
                              ? (int)max_pos->valuedouble
                              : 0;
-    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
-    mc->sliding_window = cJSON_IsNumber(sw) && sw->valuedouble >= 1 &&
-                                 !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window"))
-                             ? (int)fmin(sw->valuedouble, (double)INT_MAX)
-                             : 0;
+    if (parse_sliding_window(mc, root, path)) goto done;
     if (mc->head_dim <= 0 || mc->head_dim % 2 || mc->head_dim > 512) { /* 512: the CPU attention's row buffer */
         qlt_fail("%s: head_dim must be a positive even number of at most 512 (got %d)", path, mc->head_dim);
         goto done;
@@ -301,6 +382,10 @@ int qlt_model_config_from_gguf(qlt_model_config *mc, const qlt_gguf *g) {
     QLT_TRY(gguf_int(g, arch, "rope.dimension_count", 0, mc->head_dim, 1, &rope_dims));
     QLT_TRY(gguf_int(g, arch, "context_length", 0, 0, 0, &mc->context_length));
     QLT_TRY(gguf_int(g, arch, "attention.sliding_window", 0, 0, 0, &mc->sliding_window));
+    if (mc->sliding_window > 0 && mc->n_layers > QLT_MAX_LAYERS)
+        return qlt_fail("%s: %d layers with %s.attention.sliding_window; at most %d are supported", g->path,
+                        mc->n_layers, arch, QLT_MAX_LAYERS);
+    if (mc->sliding_window > 0) memset(mc->layer_sliding, 1, (size_t)mc->n_layers); /* llama.cpp: every layer */
     if (value_length != mc->head_dim)
         return qlt_fail("%s: %s.attention.value_length (%d) differs from key_length (%d), which is not supported",
                         g->path, arch, value_length, mc->head_dim);

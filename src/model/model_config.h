@@ -1,11 +1,12 @@
 /* model_config.h: the architecture of a Hugging Face decoder-only model, read from its config.json or
  * from a llama.cpp GGUF file's metadata. Supported: LlamaForCausalLM, Qwen2ForCausalLM (q/k/v bias),
- * Qwen3ForCausalLM (q/k RMSNorm per head), MistralForCausalLM (GGUF: general.architecture llama, mistral,
+ * Qwen3ForCausalLM (q/k RMSNorm per head), MistralForCausalLM (sliding-window attention) (GGUF: general.architecture llama, mistral,
  * qwen2, qwen3). RoPE: default and llama3 scaling (rope_theta either top level or under rope_parameters,
  * transformers 5), or a GGUF file's rope_freqs.weight divisors. */
 #ifndef QLT_MODEL_CONFIG_H
 #define QLT_MODEL_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum qlt_arch {
@@ -22,6 +23,7 @@ typedef enum qlt_rope_type {
 } qlt_rope_type;
 
 #define QLT_MAX_ROPE_FACTORS 256 /* head_dim / 2 for the largest head_dim (512) */
+#define QLT_MAX_LAYERS 1024     /* layers a sliding-window configuration may describe */
 
 typedef struct qlt_model_config {
     qlt_arch arch;
@@ -43,8 +45,22 @@ typedef struct qlt_model_config {
     int tie_word_embeddings;
     int attention_bias; /* q/k/v have bias (Qwen2; Llama attention_bias) */
     int qk_norm;        /* Qwen3 */
-    int sliding_window; /* sliding-window attention span (Mistral); 0 = none or use_sliding_window false */
+    int sliding_window; /* sliding-window attention span: query t sees keys j with t - j < sliding_window (as
+                           transformers' sliding_window_overlay); 0 = none (or Qwen2's use_sliding_window false) */
+    /* which layers slide (1) and which attend fully (0): every layer for Mistral; Qwen2 the layers from
+     * max_window_layers on; transformers 5 lists them in layer_types. Read only when sliding_window > 0. */
+    unsigned char layer_sliding[QLT_MAX_LAYERS];
 } qlt_model_config;
+
+/* The window of layer l (0: full causal attention). */
+static inline int qlt_model_layer_window(const qlt_model_config *mc, int l) {
+    return mc->sliding_window > 0 && l < QLT_MAX_LAYERS && mc->layer_sliding[l] ? mc->sliding_window : 0;
+}
+/* One line on the attention: "full causal" or "sliding window N on every layer" / "on layers 2-3 (full on
+ * 0-1)" / "on 4 of 8 layers (layer_types)", what `inspect` prints. */
+void qlt_model_describe_attention(const qlt_model_config *mc, char *buf, size_t size);
+/* 1 when some layer slides with a window shorter than seq tokens (the window then changes what is computed). */
+int qlt_model_window_matters(const qlt_model_config *mc, int seq);
 
 /* Reads <dir>/config.json. Errors name the file and key. */
 int qlt_model_config_load(qlt_model_config *mc, const char *dir);

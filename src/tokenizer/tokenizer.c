@@ -183,8 +183,10 @@ static const char *config_token(const cJSON *cfg, const char *key) {
     return get_string(v, "content");
 }
 
-/* The built-in template a chat template's text is recognisably written for: "chatml" (<|im_start|>) or
- * "llama3" (<|start_header_id|>); NULL for anything else. A tokenizer_config.json may hold the template as
+/* The built-in template a chat template's text is recognisably written for: "chatml" (<|im_start|>),
+ * "llama3" (<|start_header_id|>), "mistral" ([INST]) or "phi3" (<|end|> and <|assistant|>: Phi-3's templates
+ * write the other roles' headers as '<|' + role + '|>'), when exactly one of
+ * them matches; NULL for anything else. A tokenizer_config.json may hold the template as
  * a string or as a list of {"name", "template"} (the one named "default" counts). */
 static const char *recognise_chat_template(const cJSON *v) {
     const char *text = cJSON_IsString(v) ? v->valuestring : NULL;
@@ -193,8 +195,20 @@ static const char *recognise_chat_template(const cJSON *v) {
         if (name && strcmp(name, "default") == 0) text = get_string(e, "template");
     }
     if (!text) return NULL;
-    int chatml = strstr(text, "<|im_start|>") != NULL, llama3 = strstr(text, "<|start_header_id|>") != NULL;
-    return chatml && !llama3 ? "chatml" : llama3 && !chatml ? "llama3" : NULL;
+    static const struct {
+        const char *name, *marks[2];
+    } known[] = {{"chatml", {"<|im_start|>", NULL}},
+                 {"llama3", {"<|start_header_id|>", NULL}},
+                 {"mistral", {"[INST]", NULL}},
+                 {"phi3", {"<|end|>", "<|assistant|>"}}};
+    const char *found = NULL;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        int all = 1;
+        for (int m = 0; m < 2 && known[i].marks[m]; m++) all &= strstr(text, known[i].marks[m]) != NULL;
+        if (all && found) return NULL; /* two templates' marks: none recognised */
+        if (all) found = known[i].name;
+    }
+    return found;
 }
 
 /* eos (when no well-known name gave one), pad and the chat template's name from a parsed

@@ -47,7 +47,8 @@ int32_t qlt_tokenizer_pad_id(const qlt_tokenizer *tok);
 /* 64-bit hash of the tokenizer.json bytes (and of text given to qlt_tokenizer_apply_config): the dataset
  * cache key. */
 uint64_t qlt_tokenizer_hash(const qlt_tokenizer *tok);
-/* "chatml" or "llama3" when tokenizer_config.json's chat_template is recognisably one of them, else NULL. */
+/* "chatml", "llama3", "mistral" or "phi3" when tokenizer_config.json's chat_template is recognisably one of
+ * them, else NULL. */
 const char *qlt_tokenizer_chat_template(const qlt_tokenizer *tok);
 
 /* Per-thread encoding state. */

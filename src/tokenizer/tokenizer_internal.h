@@ -29,7 +29,7 @@ struct qlt_tokenizer {
     int32_t added_first[257]; /* added[added_first[b] .. added_first[b+1]) start with byte b */
     int has_normalized_added;
     int32_t eos_id, pad_id;
-    const char *chat_template; /* "chatml", "llama3" or NULL: what tokenizer_config.json's template is */
+    const char *chat_template; /* "chatml", "llama3", "mistral", "phi3" or NULL: tokenizer_config.json's template */
     uint64_t hash;
 };
 

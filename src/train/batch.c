@@ -6,13 +6,13 @@
 
 #include "common/error.h"
 
-int qlt_batch_buffers_init(qlt_batch_buffers *bb, qlt_backend *be, int batch, int seq) {
+int qlt_batch_buffers_init(qlt_batch_buffers *bb, qlt_backend *be, int batch, int seq, int window) {
     memset(bb, 0, sizeof *bb);
     size_t n = (size_t)batch * (size_t)seq;
-    bb->host = be->host_alloc ? be->host_alloc(be, 4 * n * sizeof(int32_t)) : NULL;
+    bb->host = be->host_alloc ? be->host_alloc(be, 5 * n * sizeof(int32_t)) : NULL;
     bb->pinned = bb->host != NULL;
-    if (!bb->host) bb->host = qlt_xmalloc(4 * n * sizeof(int32_t));
-    bb->device = be->alloc(be, 4 * n * sizeof(int32_t));
+    if (!bb->host) bb->host = qlt_xmalloc(5 * n * sizeof(int32_t));
+    bb->device = be->alloc(be, 5 * n * sizeof(int32_t));
     if (!bb->device) {
         qlt_batch_buffers_free(bb, be);
         return qlt_fail("out of %s memory for a %d x %d batch", be->name, batch, seq);
@@ -23,6 +23,8 @@ int qlt_batch_buffers_init(qlt_batch_buffers *bb, qlt_backend *be, int batch, in
     bb->dev.targets = bb->device + n;
     bb->dev.positions = bb->device + 2 * n;
     bb->dev.seg_start = bb->device + 3 * n;
+    bb->dev.seg_window = bb->device + 4 * n;
+    bb->dev.window = window > 0 ? window : 0;
     return 0;
 }
 
@@ -44,6 +46,8 @@ int64_t qlt_batch_stage(qlt_batch_buffers *bb, const int32_t *ids, const int32_t
     int batch = bb->dev.batch, seq = bb->dev.seq;
     size_t n = (size_t)batch * (size_t)seq;
     int32_t *h_ids = bb->host, *h_tgt = bb->host + n, *h_pos = bb->host + 2 * n, *h_seg = bb->host + 3 * n;
+    int32_t *h_win = bb->host + 4 * n;
+    const int window = bb->dev.window;
     memcpy(h_ids, ids, n * sizeof(int32_t));
     int64_t count = 0;
     for (int b = 0; b < batch; b++) {
@@ -54,13 +58,14 @@ int64_t qlt_batch_stage(qlt_batch_buffers *bb, const int32_t *ids, const int32_t
             count += target != -100;
             h_seg[t] = seg_start ? seg_start[t] : 0;
             h_pos[t] = s - h_seg[t];
+            h_win[t] = window > 0 && s - window + 1 > h_seg[t] ? s - window + 1 : h_seg[t];
         }
     }
     return count;
 }
 
 void qlt_batch_send(qlt_batch_buffers *bb, qlt_backend *be, int async) {
-    size_t bytes = 4 * (size_t)bb->dev.batch * (size_t)bb->dev.seq * sizeof(int32_t);
+    size_t bytes = 5 * (size_t)bb->dev.batch * (size_t)bb->dev.seq * sizeof(int32_t);
     if (async) {
         QLT_ASSERT(bb->pinned && be->upload_async);
         be->upload_async(be, bb->device, bb->host, bytes);

@@ -293,9 +293,9 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     if (qlt_check_input_files(cfg, mode == QLT_TRAINER_TRAIN) != 0) goto fail; /* fails fast, before the model loads */
     double load_start = qlt_now_seconds();
     if (load_model_and_adapter(t, mode) != 0) goto fail;
-    if (t->model.cfg.sliding_window > 0 && t->seq > t->model.cfg.sliding_window) {
-        qlt_fail("%s: sliding_window %d is shorter than data.seq_len %d, and sliding-window attention is not "
-                 "implemented (every token would see more keys than in transformers): set data.seq_len <= %d",
+    if (qlt_model_window_matters(&t->model.cfg, t->seq) && strcmp(t->be->name, "cpu") != 0) {
+        qlt_fail("%s: sliding_window %d is shorter than data.seq_len %d: sliding-window attention runs on the CPU "
+                 "path (train.device: cpu) and the GPU path does not support it yet (or set data.seq_len <= %d)",
                  cfg->model.path, t->model.cfg.sliding_window, t->seq, t->model.cfg.sliding_window);
         goto fail;
     }
@@ -315,7 +315,8 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     t->n_bbs = t->graph_mode ? t->grad_accum : 1;
     t->bbs = qlt_xcalloc((size_t)t->n_bbs, sizeof *t->bbs);
     for (int i = 0; i < t->n_bbs; i++)
-        if (qlt_batch_buffers_init(&t->bbs[i], t->be, t->micro_batch, t->seq) != 0) goto fail;
+        if (qlt_batch_buffers_init(&t->bbs[i], t->be, t->micro_batch, t->seq, t->model.cfg.sliding_window) != 0)
+            goto fail;
     if (t->graph_mode) {
         t->pinned = t->be->host_alloc(t->be, sizeof *t->pinned);
         t->pinned_seeds = t->be->host_alloc(t->be, sizeof(uint64_t) * (size_t)t->grad_accum);

@@ -643,7 +643,7 @@ void check_generation(void) {
         snprintf(sh, sizeof sh, "past%lld N%lld H%d/%d hd%d", (long long)past, (long long)n, heads, kv, hd);
         float *q = hrand(&r, n * heads * hd, 1.0f), *k = hrand(&r, keys * kv * hd, 1.0f),
               *v = hrand(&r, keys * kv * hd, 1.0f), *ref = malloc(sizeof(float) * (size_t)(n * heads * hd));
-        qlt_cpu_attention_decode(ref, q, k, v, past, n, heads, kv, hd, scale);
+        qlt_cpu_attention_decode(ref, q, k, v, past, n, heads, kv, hd, scale, 0);
         int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
         for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)(past + i);
         const int32_t *dpos = di32(pos, n);
@@ -654,7 +654,7 @@ void check_generation(void) {
             snprintf(shb, sizeof shb, "%s max_keys%lld", sh, (long long)max_keys);
             void *out = dpoison(2 * (size_t)(n * heads * hd));
             G->attention_decode(G, out, dbf16(q, n * heads * hd), dbf16(k, keys * kv * hd), dbf16(v, keys * kv * hd),
-                                dpos, max_keys, n, heads, kv, hd, scale);
+                                dpos, max_keys, n, heads, kv, hd, scale, 0);
             float *got = hget_bf16(out, n * heads * hd);
             row("attention_decode", shb, got, ref, n * heads * hd, 1e-2);
             free(got);

@@ -250,13 +250,25 @@ Test(bad_input, cli_shape_mismatch) {
 }
 
 Test(bad_input, cli_unsupported_architecture) {
-    expect_config_edit_error("tiny-qwen3", "Qwen3ForCausalLM", "Phi3ForCausalLM", "Phi3ForCausalLM",
-                             "supported: LlamaForCausalLM");
+    expect_config_edit_error("tiny-qwen3", "Qwen3ForCausalLM", "Phi3ForCausalLM",
+                             "Phi3ForCausalLM' is not supported yet", "supported: LlamaForCausalLM");
+    expect_config_edit_error("tiny-qwen3", "Qwen3ForCausalLM", "GPT2LMHeadModel",
+                             "'GPT2LMHeadModel' is not supported (", "supported: LlamaForCausalLM");
 }
 
-Test(bad_input, cli_sliding_window_shorter_than_seq) {
-    expect_config_edit_error("tiny-llama", "\"vocab_size\":", "\"sliding_window\": 4, \"vocab_size\":",
-                             "sliding_window 4 is shorter than data.seq_len", "set data.seq_len <= 4");
+Test(bad_input, cli_sliding_window_values) {
+    expect_config_edit_error("tiny-mistral", "\"sliding_window\": 6", "\"sliding_window\": -6", "'sliding_window'",
+                             "non-negative integer");
+    expect_config_edit_error("tiny-mistral", "\"sliding_window\": 6", "\"sliding_window\": 0", "'sliding_window'",
+                             "positive integer or null");
+    /* Qwen2 with use_sliding_window: layer_types (transformers 5) must name each layer's kind */
+    char *dir = copy_fixture("tiny-qwen2");
+    edit_file(dir, "config.json", "\"use_sliding_window\": false", "\"use_sliding_window\": true");
+    edit_file(dir, "config.json", "\"sliding_window\": null", "\"sliding_window\": 4");
+    edit_file(dir, "config.json", "\"full_attention\",", "\"sliding\",");
+    expect_eval_error(dir, "", "config.json: layer_types[0]", "\"sliding_attention\"");
+    qlt_remove_tree(dir);
+    free(dir);
 }
 
 Test(bad_input, cli_head_dim_too_large) {
@@ -592,6 +604,15 @@ Test(cli, inspect_reports_model) {
     cr_expect(strstr(out, "model.layers.2.mlp.down_proj.weight"), "%s", out);
     cr_expect(strstr(out, "F32"), "%s", out);
     cr_expect(strstr(out, "NF4 (block 64) whole model"), "%s", out);
+    cr_expect(strstr(out, "attention: full causal"), "%s", out);
+    free(args);
+    free(out);
+    char *mistral = test_fixture_path("tiny-mistral", NULL);
+    if (asprintf(&args, "inspect %s", mistral) < 0) abort();
+    cr_assert_eq(test_run_cli(NULL, args, &out), 0, "%s", out);
+    cr_expect(strstr(out, "architecture: MistralForCausalLM"), "%s", out);
+    cr_expect(strstr(out, "attention: sliding window 6 on every layer"), "%s", out);
+    free(mistral);
     free(args);
     free(out);
     if (asprintf(&args, "inspect %s/adapter-init", dir) < 0) abort();

@@ -2,6 +2,7 @@
  * fixture), packing / padding / truncation layout, bad lines named by file:line (or skipped and
  * counted), .jsonl.gz input, the cache (hit, miss, corruption), the same rows for any thread count, and
  * the eval split. The attention-isolation proof is in test_dataset_attention.c. */
+#define _GNU_SOURCE /* asprintf */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,6 +242,99 @@ Test(dataset, chat_llama3_trims_content) {
                (int32_t[]){X, X, X, X, X, X, X, X, X, X, X, 9906, 128009, X, X, X}, NULL);
     qlt_dataset_free(&ds);
     free(path);
+}
+
+#define TOK_MISTRAL QLT_TEST_DATA "/fixtures/tok-mistral/tokenizer.json"
+
+/* Mistral's template with a V1 tokenizer (tok-mistral: [INST] is text, its normalizer prepends the spaces):
+ * <s> [INST] SYSTEM\n\nUSER [/INST] ASSISTANT</s> [INST] USER [/INST] ASSISTANT</s>, the system message before
+ * the first user message; loss on the assistant's content and </s>. Ids from Hugging Face tokenizers of each
+ * piece. auto picks it from a tokenizer_config.json whose chat_template uses [INST]; a role the template does
+ * not know is refused. */
+Test(dataset, chat_mistral_trains_assistant_turns) {
+    char *path = write_file("a.jsonl", "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
+                                       " {\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": "
+                                       "\"Yo\"}, {\"role\": \"user\", \"content\": \"Again\"}, {\"role\": \"assistant\","
+                                       " \"content\": \"Ok\"}]}\n");
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_CHAT, 36, 0);
+    cfg.data.tokenizer = (char *)TOK_MISTRAL;
+    cfg.data.chat_template = QLT_CHAT_TEMPLATE_MISTRAL;
+    const int32_t ids[36] = {1,    733, 775,  920, 6088, 1739, 287, 4667, 6018, 13,  13,   6064, 6005, 733, 6043, 775, 920, 6088,
+                             627,  6004, 2,   733, 775,  920,  6088, 3786, 426, 733, 6043, 775, 920,  6088, 451, 6024, 2, 2};
+    int32_t labels[36];
+    for (int i = 0; i < 36; i++) labels[i] = X;
+    for (int i = 18; i <= 20; i++) labels[i] = ids[i]; /* "Yo" </s> */
+    for (int i = 32; i <= 34; i++) labels[i] = ids[i]; /* "Ok" </s> */
+    qlt_dataset ds;
+    build_ok(&ds, &cfg, path);
+    expect_row(&ds, 0, ids, labels, NULL);
+    qlt_dataset_free(&ds);
+    /* auto: the tokenizer has no [INST] token; its chat template names it */
+    char *tok = qlt_path_join(tmpdir, "tokenizer.json"), *tcfg = qlt_path_join(tmpdir, "tokenizer_config.json");
+    char *text;
+    cr_assert_eq(qlt_read_file(TOK_MISTRAL, &text, NULL), 0);
+    test_write_text(tok, text);
+    free(text);
+    cfg.data.tokenizer = tok;
+    cfg.data.chat_template = QLT_CHAT_TEMPLATE_AUTO;
+    qlt_path_list files = {1, {path}};
+    cr_assert_eq(qlt_dataset_build(&ds, &cfg, &files, NULL, NULL), -1);
+    cr_assert(strstr(qlt_error(), "[INST] (mistral)"), "%s", qlt_error());
+    test_write_text(tcfg, "{\"chat_template\": \"{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
+                          "{{ '[INST] ' + m['content'] + ' [/INST]' }}{% else %}{{ m['content'] + eos_token }}{% endif %}"
+                          "{% endfor %}\"}");
+    build_ok(&ds, &cfg, path);
+    expect_row(&ds, 0, ids, labels, NULL);
+    qlt_dataset_free(&ds);
+    free(path);
+    path = write_file("b.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"tool\", "
+                                 "\"content\": \"Yo\"}]}\n");
+    files.items[0] = path;
+    cr_assert_eq(qlt_dataset_build(&ds, &cfg, &files, NULL, NULL), -1);
+    cr_assert(strstr(qlt_error(), "role 'tool'"), "%s", qlt_error());
+    free(path);
+    free(tok);
+    free(tcfg);
+}
+
+/* Phi-3's template: <|ROLE|>\nCONTENT<|end|>\n per message, loss on the assistant's content and <|end|>. The
+ * tokenizer is tok-qwen2style with Phi-3's four tokens added (3003..3006); it also has <|im_start|>, so auto
+ * takes phi3 only from tokenizer_config.json's template. Ids from Hugging Face tokenizers of the whole text. */
+Test(dataset, chat_phi3_trains_assistant_turns) {
+    char *text, *tok = qlt_path_join(tmpdir, "tokenizer.json"), *tcfg = qlt_path_join(tmpdir, "tokenizer_config.json");
+    cr_assert_eq(qlt_read_file(TOK, &text, NULL), 0);
+    char *at = strstr(text, "\"content\": \"<|im_end|>\"");
+    cr_assert(at);
+    at = strstr(at, "}");
+    *at = '\0';
+    char *edited;
+    cr_assert(asprintf(&edited, "%s}, {\"id\": 3003, \"content\": \"<|system|>\", \"special\": true}, {\"id\": 3004, "
+                                "\"content\": \"<|user|>\", \"special\": true}, {\"id\": 3005, \"content\": "
+                                "\"<|assistant|>\", \"special\": true}, {\"id\": 3006, \"content\": \"<|end|>\", "
+                                "\"special\": true}%s", text, at + 1) > 0);
+    test_write_text(tok, edited);
+    free(edited);
+    free(text);
+    test_write_text(tcfg, "{\"chat_template\": \"{% for message in messages %}{{'<|' + message['role'] + '|>' + '\\n' + "
+                          "message['content'] + '<|end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}"
+                          "{% else %}{{ eos_token }}{% endif %}\"}");
+    char *path = write_file("a.jsonl", "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
+                                       " {\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": "
+                                       "\"Yo\"}]}\n");
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_CHAT, 24, 0);
+    cfg.data.tokenizer = tok;
+    qlt_dataset ds;
+    build_ok(&ds, &cfg, path);
+    const int32_t ids[24] = {3003, 198, 33,  68,  307, 360, 68, 69, 13,   3006, 198, 3004,
+                             198,  39,  72,  3006, 198, 3005, 198, 56, 78, 3006, 198, EOS};
+    int32_t labels[24];
+    for (int i = 0; i < 24; i++) labels[i] = X;
+    for (int i = 19; i <= 21; i++) labels[i] = ids[i]; /* "Yo" <|end|> */
+    expect_row(&ds, 0, ids, labels, NULL);
+    qlt_dataset_free(&ds);
+    free(path);
+    free(tok);
+    free(tcfg);
 }
 
 Test(dataset, tokens_format) {

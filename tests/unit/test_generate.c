@@ -69,12 +69,13 @@ typedef struct fixture_name {
 } fixture_name;
 
 ParameterizedTestParameters(generate, decode_matches_golden) {
-    static fixture_name names[] = {{"tiny-llama"}, {"tiny-qwen2"}, {"tiny-qwen3"}};
-    return cr_make_param_array(fixture_name, names, 3);
+    static fixture_name names[] = {{"tiny-llama"}, {"tiny-qwen2"}, {"tiny-qwen3"}, {"tiny-mistral"}, {"tiny-qwen2-swa"}};
+    return cr_make_param_array(fixture_name, names, sizeof names / sizeof names[0]);
 }
 
 /* The goldens' lora_logits [batch, seq, vocab] are HF + PEFT in float64 on whole rows; the decoder sees each row
- * as a prompt of 3 tokens (in chunks of 2, so the cache is written by two prompt calls) and then one token a step.
+ * as a prompt of 3 tokens (in chunks of 2, so the cache is written by two prompt calls) and then one token a step
+ * (tiny-mistral: past its sliding window of 6 the cache holds keys the queries must not see).
  * Same tolerance as the training forward's golden test: 1e-5 of the logits' largest magnitude. */
 ParameterizedTest(fixture_name *fixture, generate, decode_matches_golden) {
     const char *const *name = (const char *const[]){fixture->name};
@@ -112,7 +113,7 @@ Test(generate, decode_matches_forward_on_nf4) {
     int batch, seq;
     test_golden_batch("tiny-qwen3", &ids, &labels, &batch, &seq);
     qlt_batch_buffers bb;
-    cr_assert_eq(qlt_batch_buffers_init(&bb, g.be, 1, seq), 0);
+    cr_assert_eq(qlt_batch_buffers_init(&bb, g.be, 1, seq, g.model.cfg.sliding_window), 0);
     qlt_batch_upload(&bb, g.be, ids, labels, NULL);
     qlt_optim_scalars *scalars = g.be->alloc(g.be, sizeof *scalars);
     memset(scalars, 0, sizeof *scalars);
@@ -157,6 +158,23 @@ Test(generate, decoder_refuses_overflow_and_bad_ids) {
     cr_expect(strstr(qlt_error(), "outside the model's vocabulary"), "%s", qlt_error());
     cr_expect_eq(d.past, 0, "a refused step leaves the cache as it was");
     qlt_kv_decoder_free(&d);
+    gen_model_close(&g);
+}
+
+/* A backend other than the CPU one (here the CPU backend under another name, standing for CUDA, whose decode
+ * kernel has no window) refuses a sliding window shorter than the cache in one line naming the CPU path, and
+ * takes the model when the window covers the whole cache. */
+Test(generate, decoder_refuses_a_window_off_the_cpu) {
+    gen_model g;
+    gen_model_open(&g, "tiny-mistral", 0);
+    const char *name = g.be->name;
+    g.be->name = "cuda";
+    qlt_kv_decoder d;
+    cr_expect_neq(qlt_kv_decoder_init(&d, &g.model, NULL, 24, 4), 0);
+    cr_expect(strstr(qlt_error(), "sliding_window 6") && strstr(qlt_error(), "train.device: cpu"), "%s", qlt_error());
+    cr_assert_eq(qlt_kv_decoder_init(&d, &g.model, NULL, 6, 4), 0, "%s", qlt_error());
+    qlt_kv_decoder_free(&d);
+    g.be->name = name;
     gen_model_close(&g);
 }
 

@@ -38,7 +38,7 @@ static float *golden_logits(qlt_model *m, const char *name, int64_t *n) {
     int batch, seq;
     test_golden_batch(name, &ids, &labels, &batch, &seq);
     qlt_batch_buffers bb;
-    cr_assert_eq(qlt_batch_buffers_init(&bb, be, batch, seq), 0);
+    cr_assert_eq(qlt_batch_buffers_init(&bb, be, batch, seq, m->cfg.sliding_window), 0);
     int64_t count = qlt_batch_upload(&bb, be, ids, labels, NULL);
     qlt_optim_scalars *scalars = be->alloc(be, sizeof *scalars);
     memset(scalars, 0, sizeof *scalars);

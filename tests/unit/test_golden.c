@@ -1,5 +1,7 @@
 /* test_golden.c: the CPU backend, in both modes (the reference ops and the default float32 / OpenBLAS ones),
- * against Hugging Face transformers + PEFT (float64 goldens) on the three tiny fixtures, at the same
+ * against Hugging Face transformers + PEFT (float64 goldens) on the tiny fixtures (tiny-mistral: a sliding
+ * window of 6 over 24 tokens, so the window decides what most queries see; tiny-qwen2-swa: Qwen2's window of
+ * 5 on layer 1 only), at the same
  * tolerances for both: logits and loss without and with the initial adapter (F32 and BF16 weights), and every
  * LoRA gradient after one backward; with LoRA dropout (no golden for it), the gradients against central
  * differences of the loss the forward computes. */
@@ -65,7 +67,7 @@ static void golden_setup(golden_run *r, const char *name, const char *weights, i
     cr_assert_eq(qlt_st_open(&r->golden, gpath), 0, "%s", qlt_error());
     int32_t *ids, *labels;
     test_golden_batch(name, &ids, &labels, &r->batch, &r->seq);
-    cr_assert_eq(qlt_batch_buffers_init(&r->bb, r->be, r->batch, r->seq), 0);
+    cr_assert_eq(qlt_batch_buffers_init(&r->bb, r->be, r->batch, r->seq, r->model.cfg.sliding_window), 0);
     r->count = qlt_batch_upload(&r->bb, r->be, ids, labels, NULL);
     free(ids);
     free(labels);
@@ -151,12 +153,18 @@ ParameterizedTestParameters(golden, forward) {
         {"tiny-llama", "model.safetensors", 1e-5, 0},
         {"tiny-qwen3", "model.safetensors", 1e-5, 1},
         {"tiny-qwen3", "model.safetensors", 1e-5, 0},
+        {"tiny-mistral", "model.safetensors", 1e-5, 1},
+        {"tiny-mistral", "model.safetensors", 1e-5, 0},
+        {"tiny-qwen2-swa", "model.safetensors", 1e-5, 1},
+        {"tiny-qwen2-swa", "model.safetensors", 1e-5, 0},
         {"tiny-qwen2", "model.bf16.safetensors", 2e-2, 1},
         {"tiny-qwen2", "model.bf16.safetensors", 2e-2, 0},
         {"tiny-llama", "model.bf16.safetensors", 2e-2, 1},
         {"tiny-llama", "model.bf16.safetensors", 2e-2, 0},
         {"tiny-qwen3", "model.bf16.safetensors", 2e-2, 1},
         {"tiny-qwen3", "model.bf16.safetensors", 2e-2, 0},
+        {"tiny-mistral", "model.bf16.safetensors", 2e-2, 1},
+        {"tiny-mistral", "model.bf16.safetensors", 2e-2, 0},
     };
     return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -186,6 +194,10 @@ ParameterizedTestParameters(golden, gradients) {
         {"tiny-llama", "model.safetensors", 1e-4, 0},
         {"tiny-qwen3", "model.safetensors", 1e-4, 1},
         {"tiny-qwen3", "model.safetensors", 1e-4, 0},
+        {"tiny-mistral", "model.safetensors", 1e-4, 1},
+        {"tiny-mistral", "model.safetensors", 1e-4, 0},
+        {"tiny-qwen2-swa", "model.safetensors", 1e-4, 1},
+        {"tiny-qwen2-swa", "model.safetensors", 1e-4, 0},
     };
     return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -231,6 +243,8 @@ ParameterizedTestParameters(golden, dropout_gradients) {
         {"tiny-llama", "model.safetensors", 2e-2, 0},
         {"tiny-qwen3", "model.safetensors", 2e-2, 1},
         {"tiny-qwen3", "model.safetensors", 2e-2, 0},
+        {"tiny-mistral", "model.safetensors", 2e-2, 1},
+        {"tiny-mistral", "model.safetensors", 2e-2, 0},
     };
     return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
 }

@@ -122,3 +122,68 @@ Test(model, quantization_config_has_one_validator) {
     free(path);
     free(dir);
 }
+
+/* Which layers slide, as transformers 5 decides it (MistralConfig, Qwen2Config.__post_init__): Mistral every
+ * layer (sliding_window defaults to 4096 when absent, none when null); Qwen2 only with use_sliding_window,
+ * then layer_types when given, else the layers from max_window_layers on; Llama never. */
+static void parse_window(const char *arch, const char *extra, qlt_model_config *mc) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"architectures\": [\"%s\"], \"hidden_size\": 64, \"num_hidden_layers\": 4, \"num_attention_heads\": 4, "
+             "\"intermediate_size\": 128, \"vocab_size\": 100%s%s}",
+             arch, extra[0] ? ", " : "", extra);
+    cr_assert_eq(qlt_model_config_parse(mc, text, "config.json"), 0, "%s: %s", extra, qlt_error());
+}
+
+Test(model, sliding_window_layers_follow_transformers) {
+    static const struct {
+        const char *arch, *extra;
+        int window;
+        const char *layers; /* which of the 4 layers slide */
+    } cases[] = {
+        {"MistralForCausalLM", "\"sliding_window\": 8", 8, "1111"},
+        {"MistralForCausalLM", "", 4096, "1111"},
+        {"MistralForCausalLM", "\"sliding_window\": null", 0, "0000"},
+        {"MistralForCausalLM", "\"sliding_window\": 8, \"layer_types\": [\"full_attention\"]", 8, "1111"},
+        {"Qwen2ForCausalLM", "\"sliding_window\": 8", 0, "0000"},
+        {"Qwen2ForCausalLM", "\"sliding_window\": 8, \"use_sliding_window\": true, \"max_window_layers\": 2", 8, "0011"},
+        {"Qwen2ForCausalLM", "\"use_sliding_window\": true, \"max_window_layers\": 3", 4096, "0001"},
+        {"Qwen2ForCausalLM", "\"sliding_window\": 8, \"use_sliding_window\": true", 8, "0000"},
+        {"Qwen3ForCausalLM",
+         "\"sliding_window\": 8, \"use_sliding_window\": true, \"max_window_layers\": 0, \"layer_types\": "
+         "[\"sliding_attention\", \"full_attention\", \"sliding_attention\", \"full_attention\"]",
+         8, "1010"},
+        {"Qwen2ForCausalLM", "\"sliding_window\": null, \"use_sliding_window\": true", 0, "0000"},
+        {"LlamaForCausalLM", "\"sliding_window\": 8", 0, "0000"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        qlt_model_config mc;
+        parse_window(cases[i].arch, cases[i].extra, &mc);
+        cr_expect_eq(mc.sliding_window, cases[i].window, "%s {%s}: window %d, want %d", cases[i].arch, cases[i].extra,
+                     mc.sliding_window, cases[i].window);
+        for (int l = 0; l < 4; l++)
+            cr_expect_eq(qlt_model_layer_window(&mc, l) != 0, cases[i].layers[l] == '1', "%s {%s}: layer %d",
+                         cases[i].arch, cases[i].extra, l);
+    }
+    qlt_model_config mc;
+    parse_window("MistralForCausalLM", "\"sliding_window\": 8", &mc);
+    cr_expect(qlt_model_window_matters(&mc, 9) && !qlt_model_window_matters(&mc, 8));
+    char line[160];
+    qlt_model_describe_attention(&mc, line, sizeof line);
+    cr_expect_str_eq(line, "sliding window 8 on every layer");
+    parse_window("Qwen2ForCausalLM", "\"use_sliding_window\": true, \"sliding_window\": 8", &mc); /* layers 28.. */
+    cr_expect(!qlt_model_window_matters(&mc, 100));
+    qlt_model_describe_attention(&mc, line, sizeof line);
+    cr_expect_str_eq(line, "full causal");
+    parse_window("Qwen2ForCausalLM", "\"use_sliding_window\": true, \"sliding_window\": 8, \"max_window_layers\": 1",
+                 &mc);
+    qlt_model_describe_attention(&mc, line, sizeof line);
+    cr_expect_str_eq(line, "sliding window 8 on layers 1-3 (full causal on layer 0)");
+    parse_window("Qwen2ForCausalLM", "\"use_sliding_window\": true, \"max_window_layers\": 3", &mc);
+    qlt_model_describe_attention(&mc, line, sizeof line);
+    cr_expect_str_eq(line, "sliding window 4096 on layer 3 (full causal on layers 0-2)");
+    parse_window("Qwen3ForCausalLM", "\"use_sliding_window\": true, \"sliding_window\": 8, \"layer_types\": "
+                 "[\"sliding_attention\", \"full_attention\", \"sliding_attention\", \"full_attention\"]", &mc);
+    qlt_model_describe_attention(&mc, line, sizeof line);
+    cr_expect_str_eq(line, "sliding window 8 on 2 of 4 layers (full causal on the others)");
+}

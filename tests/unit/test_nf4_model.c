@@ -26,7 +26,7 @@ static float *model_logits(const char *dir, const char *fixture, int nf4, double
     int batch, seq;
     test_golden_batch(fixture, &ids, &labels, &batch, &seq);
     qlt_batch_buffers bb;
-    cr_assert_eq(qlt_batch_buffers_init(&bb, be, batch, seq), 0);
+    cr_assert_eq(qlt_batch_buffers_init(&bb, be, batch, seq, m.cfg.sliding_window), 0);
     int64_t count = qlt_batch_upload(&bb, be, ids, labels, NULL);
     qlt_optim_scalars s = {0};
     void *scratch = malloc(qlt_loss_scratch_bytes(&m, (int64_t)batch * seq));

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""golden_fixtures.py: writes the tiny model fixtures of tests/data/fixtures whose goldens come from Hugging Face
+transformers + PEFT in float64 (the layout ../shared/fixtures/README.md describes), for the families added after
+tiny-qwen2 / tiny-llama / tiny-qwen3 (those came from the shared fixtures and are not rewritten here).
+
+For each fixture: a model of a small random config (seeded), its weights rounded to float32 (model.safetensors)
+and bf16 (model.bf16.safetensors), a LoRA adapter on every projection (PEFT init_lora_weights=False, then B
+scaled by 0.1 so A and B are both non-zero), and from a float64 copy of those float32 values: the logits and loss
+without and with the adapter, every LoRA gradient, and three steps of torch AdamW (lr 1e-2, betas 0.9/0.999,
+eps 1e-8, weight decay 0.01, clip_grad_norm_ 1.0, the same batch each step).
+
+    /work/venv-hf/bin/python scripts/golden_fixtures.py tests/data/fixtures [tiny-mistral ...]
+
+Each fixture also checks that the feature it exists for matters: tiny-mistral's logits with the sliding window
+removed must differ, or the golden would not test the window.
+"""
+import json
+import os
+import sys
+
+import torch
+
+BATCH, SEQ = 2, 24
+
+# tiny-mistral: sliding_window 6 < SEQ, so every query past position 5 loses keys to the window.
+FIXTURES = {
+    "tiny-mistral": {
+        "class": "MistralForCausalLM",
+        "config": dict(vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                       rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=6, tie_word_embeddings=False,
+                       initializer_range=0.08, bos_token_id=1, eos_token_id=2),
+        "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "without": {"sliding_window": None},  # the config change the golden must be sensitive to
+        "seed": 25,
+    },
+    # tiny-qwen2-swa: Qwen2 with use_sliding_window; max_window_layers 1 of 2, so layer 0 attends fully and layer 1
+    # slides (config.json saves it as transformers 5's layer_types); q/k/v bias, tied embeddings.
+    "tiny-qwen2-swa": {
+        "class": "Qwen2ForCausalLM",
+        "config": dict(vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6,
+                       rope_theta=1000000.0, use_sliding_window=True, sliding_window=5, max_window_layers=1,
+                       tie_word_embeddings=True, initializer_range=0.08),
+        "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "without": {"use_sliding_window": False},
+        "seed": 26,
+    },
+}
+
+
+def make_config(spec):
+    import transformers
+
+    cls = getattr(transformers, spec["class"])
+    cfg = cls.config_class(**spec["config"])
+    cfg._attn_implementation = "eager"
+    return cls, cfg
+
+
+def peft_name(name):
+    """PEFT's parameter name as save_pretrained writes it: the adapter name dropped."""
+    return name.replace(".default", "")
+
+
+def batch(vocab, seed):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (BATCH, SEQ), generator=g)  # [B, S] I64
+    labels = ids.clone()  # [B, S]; -100: not counted
+    labels[0, :5] = -100
+    labels[1, SEQ - 3:] = -100
+    return ids, labels
+
+
+def causal_loss(logits, labels):
+    """HF's causal-LM loss: logits [B, S, V] at t predict labels [B, S] at t+1; mean over counted tokens."""
+    lg = logits[:, :-1].reshape(-1, logits.shape[-1])
+    lb = labels[:, 1:].reshape(-1)
+    return torch.nn.functional.cross_entropy(lg, lb, ignore_index=-100, reduction="mean")
+
+
+def write_fixture(out_root, name, spec):
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import save_file
+
+    out = os.path.join(out_root, name)
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(spec["seed"])
+    cls, cfg = make_config(spec)
+    torch.set_default_dtype(torch.float32)
+    model32 = cls(cfg).eval()  # float32 weights: what model.safetensors stores
+    model32.save_pretrained(out, safe_serialization=True)
+    sd = {k: v.detach().clone().contiguous() for k, v in model32.state_dict().items()}
+    if cfg.tie_word_embeddings:
+        sd.pop("lm_head.weight", None)
+    save_file({k: v.to(torch.bfloat16) for k, v in sd.items()}, os.path.join(out, "model.bf16.safetensors"),
+              metadata={"format": "pt"})
+    lcfg = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=spec["targets"], init_lora_weights=False)
+    peft32 = get_peft_model(model32, lcfg)
+    with torch.no_grad():
+        for pname, p in peft32.named_parameters():
+            if "lora_B" in pname:
+                p.mul_(0.1)
+    peft32.save_pretrained(os.path.join(out, "adapter-init"))
+    os.remove(os.path.join(out, "adapter-init", "README.md"))  # PEFT's model card: not part of the fixture
+    lora_init = {peft_name(n): p.detach().clone() for n, p in peft32.named_parameters() if "lora_" in n}
+
+    # float64 from here on, from the float32 values just saved
+    torch.set_default_dtype(torch.float64)
+    ids, labels = batch(cfg.vocab_size, spec["seed"] + 1)
+    res = {"input_ids": ids, "labels": labels}
+
+    def fresh_base(overrides=None):
+        c = cls.config_class(**{**spec["config"], **(overrides or {})})
+        c._attn_implementation = "eager"
+        m = cls(c).to(torch.float64).eval()
+        m.load_state_dict({k: v.to(torch.float64) for k, v in sd.items()}, strict=not cfg.tie_word_embeddings)
+        if cfg.tie_word_embeddings:
+            m.tie_weights()
+        return m
+
+    base = fresh_base()
+    with torch.no_grad():
+        logits = base(input_ids=ids).logits  # [B, S, V]
+    res["base_logits"] = logits.reshape(BATCH * SEQ, -1)
+    res["base_loss"] = causal_loss(logits, labels).reshape(1)
+    with torch.no_grad():
+        other = fresh_base(spec["without"])(input_ids=ids).logits
+    diff = (other - logits).abs().max().item() / logits.abs().max().item()
+    print(f"{name}: logits move by {diff:.3g} of their max without {list(spec['without'])}")
+    if diff < 1e-2:
+        raise SystemExit(f"{name}: the golden does not depend on {list(spec['without'])}; change the fixture")
+
+    model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=spec["targets"],
+                                            init_lora_weights=False))
+    named = {peft_name(n): p for n, p in model.named_parameters() if "lora_" in n}
+    if set(named) != set(lora_init):
+        raise SystemExit(f"{name}: adapter names differ between the float32 and float64 models")
+    with torch.no_grad():
+        for n, p in named.items():
+            p.copy_(lora_init[n].to(torch.float64))
+    params = [named[n] for n in sorted(named)]
+    out0 = model(input_ids=ids)
+    res["lora_logits"] = out0.logits.detach().reshape(BATCH * SEQ, -1)
+    opt = torch.optim.AdamW(params, lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    losses, norms = [], []
+    model.train()
+    for step in range(3):
+        opt.zero_grad(set_to_none=True)
+        loss = causal_loss(model(input_ids=ids).logits, labels)
+        loss.backward()
+        if step == 0:
+            for n in sorted(named):
+                res["grad." + n] = named[n].grad.detach().clone()
+        losses.append(loss.item())
+        norms.append(torch.nn.utils.clip_grad_norm_(params, 1.0).item())
+        opt.step()
+    with torch.no_grad():
+        losses.append(causal_loss(model(input_ids=ids).logits, labels).item())
+    for n in sorted(named):
+        res["step3." + n] = named[n].detach().clone()
+    res["losses"] = torch.tensor(losses)
+    res["grad_norms_preclip"] = torch.tensor(norms)
+    save_file({k: (v if v.dtype == torch.int64 else v.to(torch.float32)).contiguous() for k, v in res.items()},
+              os.path.join(out, "golden.safetensors"))
+    import peft
+    import transformers
+
+    golden = {
+        "model": name, "batch": BATCH, "seq": SEQ,
+        "lora": {"r": 8, "alpha": 16, "targets": spec["targets"], "dropout": 0.0},
+        "labels_note": "HF causal-LM loss: logits[:, :-1] predict labels[:, 1:], -100 ignored, mean over counted tokens",
+        "optimizer": {"name": "adamw", "lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-08, "weight_decay": 0.01,
+                      "max_grad_norm": 1.0, "schedule": "constant", "steps": 3},
+        "lora_init": "adapter-init/ (PEFT format); B scaled by 0.1 after init_lora_weights=False",
+        "losses": losses, "grad_norms_preclip": norms,
+        "computed_in": "float64, stored float32",
+        "reference": f"transformers {transformers.__version__} + peft {peft.__version__} + torch {torch.__version__}, "
+                     "eager attention (scripts/golden_fixtures.py)",
+    }
+    with open(os.path.join(out, "golden.json"), "w") as f:
+        json.dump(golden, f, indent=2)
+        f.write("\n")
+    print(f"{name}: losses {losses}")
+
+
+def main():
+    if len(sys.argv) < 2:
+        raise SystemExit(__doc__)
+    names = sys.argv[2:] or list(FIXTURES)
+    for n in names:
+        if n not in FIXTURES:
+            raise SystemExit(f"unknown fixture {n} (known: {', '.join(FIXTURES)})")
+        write_fixture(sys.argv[1], n, FIXTURES[n])
+
+
+if __name__ == "__main__":
+    main()
