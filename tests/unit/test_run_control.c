@@ -30,27 +30,13 @@ typedef struct run_files {
     char *tmp, *train, *eval, *config;
 } run_files;
 
-static void write_random_rows(const char *path, uint64_t seed, int rows) {
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    for (int row = 0; row < rows; row++) {
-        fprintf(f, "{\"input_ids\": [");
-        for (int i = 0; i < 24; i++) {
-            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-            fprintf(f, "%s%d", i ? ", " : "", (int)((seed >> 33) % 512));
-        }
-        fprintf(f, "]}\n");
-    }
-    fclose(f);
-}
-
 static void files_setup(run_files *f) {
     f->tmp = test_tmpdir();
     f->train = qlt_path_join(f->tmp, "train.jsonl");
     f->eval = qlt_path_join(f->tmp, "eval.jsonl");
     f->config = qlt_path_join(f->tmp, "run.yaml");
-    write_random_rows(f->train, 12345, 16);
-    write_random_rows(f->eval, 999, 8);
+    test_write_random_token_rows(f->train, 12345, 16);
+    test_write_random_token_rows(f->eval, 999, 8);
     char *model = test_fixture_path("tiny-qwen3", NULL), *text = NULL;
     if (asprintf(&text,
                  "model:\n  path: %s\n  quant: none\n"

@@ -260,20 +260,9 @@ static const char *dry_line(const char *name, const char *values, const char *st
 /* tmp/train.jsonl, tmp/eval.jsonl (token ids < 512, the fixture's vocabulary) and tmp/base.yaml: tiny-qwen3 on the
  * CPU, 4 steps, a checkpoint at step 2, eval every 2 steps. */
 static void write_base(const char *tmp) {
-    uint64_t s = 777;
     for (int file = 0; file < 2; file++) {
         char *path = qlt_path_join(tmp, file ? "eval.jsonl" : "train.jsonl");
-        FILE *f = fopen(path, "w");
-        cr_assert(f);
-        for (int row = 0; row < (file ? 4 : 16); row++) {
-            fprintf(f, "{\"input_ids\": [");
-            for (int i = 0; i < 24; i++) {
-                s = s * 6364136223846793005ull + 1442695040888963407ull;
-                fprintf(f, "%s%d", i ? ", " : "", (int)((s >> 33) % 512));
-            }
-            fprintf(f, "]}\n");
-        }
-        fclose(f);
+        test_write_random_token_rows(path, file ? 778 : 777, file ? 4 : 16);
         free(path);
     }
     char *model = test_fixture_path("tiny-qwen3", NULL), text[2048];

@@ -227,22 +227,6 @@ Test(train, token_ids_outside_the_vocabulary) {
     free(tmp);
 }
 
-/* 16 random rows of 24 tokens for tiny-qwen3. */
-static void write_random_tokens(const char *path) {
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    uint64_t s = 12345;
-    for (int row = 0; row < 16; row++) {
-        fprintf(f, "{\"input_ids\": [");
-        for (int i = 0; i < 24; i++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            fprintf(f, "%s%d", i ? ", " : "", (int)((s >> 33) % 512));
-        }
-        fprintf(f, "]}\n");
-    }
-    fclose(f);
-}
-
 static void resume_config(qlt_config *cfg, const char *tokens, const char *out) {
     char buf[1024];
     qlt_config_defaults(cfg);
@@ -280,7 +264,7 @@ Test(train, resume_is_exact) {
     char *tmp = test_tmpdir();
     char *tokens = qlt_path_join(tmp, "data.jsonl"), *straight = qlt_path_join(tmp, "straight"),
          *resumed = qlt_path_join(tmp, "resumed");
-    write_random_tokens(tokens);
+    test_write_random_token_rows(tokens, 12345, 16);
     qlt_config cfg;
     resume_config(&cfg, tokens, straight);
     qlt_trainer t;
@@ -350,7 +334,7 @@ static void edit_state(const char *path, const char *key, const char *value) {
 Test(train, resume_refuses_a_corrupt_trainer_state) {
     char *tmp = test_tmpdir();
     char *tokens = qlt_path_join(tmp, "data.jsonl"), *out = qlt_path_join(tmp, "run");
-    write_random_tokens(tokens);
+    test_write_random_token_rows(tokens, 12345, 16);
     qlt_config cfg;
     resume_config(&cfg, tokens, out);
     qlt_trainer t;

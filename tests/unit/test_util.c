@@ -148,3 +148,17 @@ void test_write_bytes(const char *path, const void *data, size_t len) {
 }
 
 void test_write_text(const char *path, const char *text) { test_write_bytes(path, text, strlen(text)); }
+
+void test_write_random_token_rows(const char *path, uint64_t seed, int rows) {
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write %s", path);
+    for (int row = 0; row < rows; row++) {
+        fprintf(f, "{\"input_ids\": [");
+        for (int i = 0; i < 24; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            fprintf(f, "%s%d", i ? ", " : "", (int)((seed >> 33) % 512));
+        }
+        fprintf(f, "]}\n");
+    }
+    fclose(f);
+}

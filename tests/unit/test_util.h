@@ -37,5 +37,8 @@ int test_run_cli(const char *cwd, const char *args, char **output);
 void test_write_bytes(const char *path, const void *data, size_t len);
 /* Writes text to path (test setup). */
 void test_write_text(const char *path, const char *text);
+/* rows lines of {"input_ids": [24 ids < 512]} (the tiny fixtures' vocabulary) from an LCG seeded with seed: the
+ * `tokens` format's rows for small CPU runs, the same for the same seed. */
+void test_write_random_token_rows(const char *path, uint64_t seed, int rows);
 
 #endif
