@@ -536,6 +536,9 @@ Test(run_report, plot_png_and_svg_of_two_runs) {
         cr_assert_eq(test_run_cli(NULL, args, &out), 0, "%s", out);
         char *run = qlt_path_join(dirs[r], "run"), *png = qlt_path_join(run, "loss.png");
         expect_png(png, 1000, 720);
+        char said[4200];
+        snprintf(said, sizeof said, "qlora-train: loss plot in %s\n", png);
+        cr_expect(strstr(out, said), "the run says where its plot is: %s", out);
         free(png);
         free(run);
         free(cfg);
