@@ -268,9 +268,10 @@ static int dir_open_index(qlt_st_dir *d, const char *dir, const char *index_path
     char **names = NULL;
     for (const cJSON *it = map->child; it; it = it->next) {
         if (!cJSON_IsString(it)) {
+            qlt_fail("%s: weight_map['%s'] is not a file name", index_path, it->string); /* before the delete */
             cJSON_Delete(root);
             free(names);
-            return qlt_fail("%s: weight_map['%s'] is not a file name", index_path, it->string);
+            return -1;
         }
         names = qlt_xrealloc(names, (size_t)(n + 1) * sizeof *names);
         names[n++] = it->valuestring;
