@@ -6,12 +6,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "config/config.h"
+#include "data/jsonl.h"
 #include "model/model_config.h"
 #include "formats/safetensors.h"
+#include "tokenizer/tokenizer.h"
 #include "test_util.h"
 
 /* The recorded error is one line that holds each of the needles. */
@@ -64,4 +67,44 @@ Test(fuzz_found, error_line_escapes_every_control_character) {
     cr_expect_str_eq(qlt_error(), "a\\tb\\rc\\x01d\\x7fe");
     qlt_fail_context("ctx\n");
     cr_expect_str_eq(qlt_error(), "ctx\\n: a\\tb\\rc\\x01d\\x7fe");
+}
+
+/* A dataset line is buffered whole before it is parsed: a file without a newline (here a small .gz that
+ * inflates to 257 MiB) is refused at 256 MiB, naming the file and line, instead of filling memory. */
+Test(fuzz_found, jsonl_line_longer_than_256_mib, .timeout = 120) {
+    char *dir = test_tmpdir();
+    char *path = qlt_path_join(dir, "long.jsonl.gz");
+    gzFile gz = gzopen(path, "wb1");
+    cr_assert(gz);
+    enum { CHUNK = 1 << 20 };
+    char *chunk = malloc(CHUNK);
+    memset(chunk, 'a', CHUNK);
+    cr_assert_eq(gzwrite(gz, "{\"text\": \"", 10), 10);
+    for (int i = 0; i < 257; i++) cr_assert_eq(gzwrite(gz, chunk, CHUNK), CHUNK);
+    gzclose(gz);
+    free(chunk);
+    qlt_jsonl *r;
+    cr_assert_eq(qlt_jsonl_open(&r, path), 0, "%s", qlt_error());
+    const char *line;
+    size_t len;
+    cr_expect_eq(qlt_jsonl_next(r, &line, &len), -1);
+    expect_line(path, "line 1 is longer than 256 MiB");
+    qlt_jsonl_close(r);
+    qlt_remove_tree(dir);
+    free(path);
+    free(dir);
+}
+
+/* fuzz_tokenizer: an empty string as the first vocabulary entry copied zero bytes from a NULL buffer
+ * (undefined behaviour that clang's UBSan reports); it now loads, and the other tokens still encode. */
+Test(fuzz_found, tokenizer_empty_first_token) {
+    static const char json[] = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\": 0, \"a\": 1}, \"merges\": []}}";
+    qlt_tokenizer *tok = NULL;
+    cr_assert_eq(qlt_tokenizer_load_json(&tok, json, sizeof json - 1, "t.json"), 0, "%s", qlt_error());
+    qlt_ids ids = {0};
+    cr_assert_eq(qlt_tokenizer_encode(tok, "aa", 2, &ids), 0, "%s", qlt_error());
+    cr_expect_eq(ids.len, 2);
+    cr_expect(ids.len == 2 && ids.data[0] == 1 && ids.data[1] == 1);
+    free(ids.data);
+    qlt_tokenizer_free(tok);
 }
