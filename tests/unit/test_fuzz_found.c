@@ -108,3 +108,31 @@ Test(fuzz_found, tokenizer_empty_first_token) {
     free(ids.data);
     qlt_tokenizer_free(tok);
 }
+
+/* fuzz_bnb_checkpoint: a model directory with config.json and no safetensors file sorted a NULL list
+ * (qsort's argument must not be NULL, even for 0 elements); it is refused in one line. */
+Test(fuzz_found, model_dir_without_safetensors) {
+    char *dir = test_tmpdir();
+    char *config = qlt_path_join(dir, "config.json");
+    test_write_text(config, "{}");
+    qlt_st_dir d;
+    cr_expect_eq(qlt_st_dir_open(&d, dir), -1);
+    expect_line(dir, "no model.safetensors, index or *.safetensors file found");
+    qlt_remove_tree(dir);
+    free(config);
+    free(dir);
+}
+
+/* The same NULL list for an index whose weight_map is empty: it opens with no shards. */
+Test(fuzz_found, index_with_empty_weight_map) {
+    char *dir = test_tmpdir();
+    char *index = qlt_path_join(dir, "model.safetensors.index.json");
+    test_write_text(index, "{\"weight_map\": {}}");
+    qlt_st_dir d;
+    cr_expect_eq(qlt_st_dir_open(&d, dir), 0, "%s", qlt_error());
+    cr_expect_eq(d.n_files, 0);
+    qlt_st_dir_close(&d);
+    qlt_remove_tree(dir);
+    free(index);
+    free(dir);
+}
