@@ -2,7 +2,9 @@
 """make_seeds.py: writes the seed corpora of the libFuzzer harnesses (tests/fuzz/<harness>/) from the test
 fixtures, cut down so that each seed is small (the fuzzer mutates faster the shorter its inputs).
     tests/fuzz/make_seeds.py BUILD_DIR     (BUILD_DIR: a QLT_FUZZ build, for the seeds the harnesses write)
-Run from the repository root; the corpora are committed, so this is only needed to remake them."""
+Run from the repository root; the corpora are committed, so this is only needed to remake them. The found-*
+files beside the seeds are inputs the fuzzers found crashing (kept, so every run replays them); this script
+leaves them alone."""
 import gzip
 import json
 import os

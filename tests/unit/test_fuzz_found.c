@@ -136,3 +136,17 @@ Test(fuzz_found, index_with_empty_weight_map) {
     free(index);
     free(dir);
 }
+
+/* fuzz_tokenizer: one stray id (159999999 in a vocabulary of 163 tokens) sized the id tables by it: 4 GB
+ * with 2e9, before any check. Ids far past the number of tokens are refused. */
+Test(fuzz_found, tokenizer_stray_large_id) {
+    static const char json[] =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2000000000}, \"merges\": []}}";
+    qlt_tokenizer *tok = NULL;
+    cr_expect_eq(qlt_tokenizer_load_json(&tok, json, sizeof json - 1, "t.json"), -1);
+    expect_line("t.json", "token id 2000000000 is far past the 2 tokens");
+    static const char holes[] = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1000}, \"merges\": []}}";
+    cr_expect_eq(qlt_tokenizer_load_json(&tok, holes, sizeof holes - 1, "t.json"), 0, "a few gaps load: %s",
+                 qlt_error());
+    qlt_tokenizer_free(tok);
+}
