@@ -12,6 +12,8 @@
 #include "common/fileutil.h"
 #include "config/config.h"
 #include "data/jsonl.h"
+#include "cpu/backend_cpu.h"
+#include "model/model.h"
 #include "model/model_config.h"
 #include "formats/safetensors.h"
 #include "tokenizer/tokenizer.h"
@@ -149,4 +151,55 @@ Test(fuzz_found, tokenizer_stray_large_id) {
     cr_expect_eq(qlt_tokenizer_load_json(&tok, holes, sizeof holes - 1, "t.json"), 0, "a few gaps load: %s",
                  qlt_error());
     qlt_tokenizer_free(tok);
+}
+
+/* fuzz_gguf: block_count sized the layer table before any layer was looked for, so a count of 9e8
+ * allocated 34 GB (out of memory, exit). The last block must now exist first; the same for
+ * num_hidden_layers in config.json. */
+Test(fuzz_found, gguf_block_count_past_the_tensors) {
+    char *src = NULL, *data;
+    size_t len;
+    if (asprintf(&src, "%s/gguf/tiny-llama.f32.gguf", QLT_TEST_DATA) < 0) abort();
+    cr_assert_eq(qlt_read_file(src, &data, &len), 0, "%s", qlt_error());
+    char *key = memmem(data, len, "llama.block_count", 17);
+    cr_assert(key);
+    uint32_t type, count = 900000000;
+    memcpy(&type, key + 17, 4);
+    cr_assert_eq(type, 4, "block_count is a u32");
+    memcpy(key + 21, &count, 4);
+    char *dir = test_tmpdir();
+    char *path = qlt_path_join(dir, "big.gguf");
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    fwrite(data, 1, len, f);
+    fclose(f);
+    qlt_backend *be = qlt_backend_cpu_create(1, 1);
+    qlt_model m;
+    qlt_model_load_opts opts = {.nf4 = 0, .nf4_blocksize = 64, .double_quant = 1};
+    cr_expect_eq(qlt_model_load_gguf(&m, be, path, &opts), -1);
+    expect_line(path, "block_count is 900000000 but tensor blk.899999999.attn_norm.weight is missing");
+    be->destroy(be);
+    qlt_remove_tree(dir);
+    free(path);
+    free(dir);
+    free(data);
+    free(src);
+}
+
+Test(fuzz_found, config_num_hidden_layers_past_the_tensors) {
+    char *dir = test_tmpdir();
+    char *src = test_fixture_path("tiny-llama", NULL), cmd[4096];
+    snprintf(cmd, sizeof cmd, "cp %s/model.safetensors %s/ && sed 's/\"num_hidden_layers\": *[0-9]*/"
+             "\"num_hidden_layers\": 900000000/' %s/config.json > %s/config.json", src, dir, src, dir);
+    cr_assert_eq(system(cmd), 0);
+    qlt_backend *be = qlt_backend_cpu_create(1, 1);
+    qlt_model m;
+    qlt_model_load_opts opts = {.nf4 = 0, .nf4_blocksize = 64, .double_quant = 1};
+    cr_expect_eq(qlt_model_load(&m, be, dir, &opts), -1);
+    expect_line(dir, "num_hidden_layers 900000000 but tensor model.layers.899999999.input_layernorm.weight is "
+                     "missing");
+    be->destroy(be);
+    qlt_remove_tree(dir);
+    free(src);
+    free(dir);
 }
