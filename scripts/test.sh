@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh: installs what is missing, builds the tests under AddressSanitizer + UBSan (CPU path, the one
-# CI can run), and runs every Criterion test. Also checks that the release build (with CUDA when nvcc
-# is present) compiles. Exit status is the tests'.
+# CI can run), and runs every Criterion test; then runs every libFuzzer harness for FUZZ_SECONDS (30) each
+# (scripts/fuzz.sh; QLT_SKIP_FUZZ=1 skips it). Also checks that the release build (with CUDA when nvcc
+# is present) compiles. Exit status is the tests' (then the fuzzing's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -10,3 +11,4 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 jobs=$(nproc 2>/dev/null || echo 2)
 ./build-asan/qlt_tests --jobs "$jobs" "$@"
+[ -n "${QLT_SKIP_FUZZ:-}" ] || scripts/fuzz.sh

@@ -8,11 +8,38 @@
 
 static _Thread_local char error_line[2048];
 
+/* Keeps the message one line: a control character that a message quotes from its input (a key or a name
+ * holding a newline) is written as an escape (\n, \t, \x01), cut where the line is full. */
+static void escape_controls(void) {
+    size_t n = strlen(error_line), i = 0;
+    while (i < n && (unsigned char)error_line[i] >= 0x20 && error_line[i] != 0x7f) i++;
+    if (i == n) return;
+    char out[sizeof error_line];
+    memcpy(out, error_line, i);
+    size_t o = i;
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)error_line[i];
+        char esc[5];
+        if (c == '\n') strcpy(esc, "\\n");
+        else if (c == '\t') strcpy(esc, "\\t");
+        else if (c == '\r') strcpy(esc, "\\r");
+        else if (c < 0x20 || c == 0x7f) snprintf(esc, sizeof esc, "\\x%02x", c);
+        else esc[0] = (char)c, esc[1] = 0;
+        size_t l = strlen(esc);
+        if (o + l >= sizeof out) break;
+        memcpy(out + o, esc, l);
+        o += l;
+    }
+    out[o] = 0;
+    memcpy(error_line, out, o + 1);
+}
+
 int qlt_fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(error_line, sizeof error_line, fmt, ap);
     va_end(ap);
+    escape_controls();
     return -1;
 }
 
@@ -24,6 +51,7 @@ int qlt_fail_context(const char *fmt, ...) {
     va_end(ap);
     memcpy(old, error_line, sizeof old);
     snprintf(error_line, sizeof error_line, "%.1000s: %.1000s", prefix, old);
+    escape_controls();
     return -1;
 }
 

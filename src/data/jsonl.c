@@ -11,6 +11,9 @@
 #include "common/fileutil.h"
 
 enum { READ_STEP = 1 << 20 };
+/* The longest line read: one example is far shorter, and without a bound a file with no newline (or a small
+ * .gz that inflates to gigabytes) would be buffered whole before any error. */
+#define MAX_LINE_BYTES ((size_t)256 << 20)
 
 struct qlt_jsonl {
     gzFile gz;
@@ -76,6 +79,10 @@ int qlt_jsonl_next(qlt_jsonl *r, const char **line, size_t *len) {
             return 1;
         }
         if (r->eof) return 0;
+        if (r->end - r->start > MAX_LINE_BYTES)
+            return qlt_fail("%s: line %lld is longer than %zu MiB (no newline found): not a JSON Lines file, or "
+                            "one example a line was not written", r->path, (long long)r->lineno + 1,
+                            MAX_LINE_BYTES >> 20);
         size_t offset = scanned - r->start;
         QLT_TRY(fill(r));
         scanned = r->start + offset;

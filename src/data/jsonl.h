@@ -1,5 +1,5 @@
 /* jsonl.h: reads .jsonl and .jsonl.gz files line by line (zlib reads both: plain files pass through),
- * counting lines so every error can name file:line. Lines may be any length. */
+ * counting lines so every error can name file:line. Lines may be up to 256 MiB long. */
 #ifndef QLT_JSONL_H
 #define QLT_JSONL_H
 

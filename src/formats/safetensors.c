@@ -268,14 +268,15 @@ static int dir_open_index(qlt_st_dir *d, const char *dir, const char *index_path
     char **names = NULL;
     for (const cJSON *it = map->child; it; it = it->next) {
         if (!cJSON_IsString(it)) {
+            qlt_fail("%s: weight_map['%s'] is not a file name", index_path, it->string); /* before the delete */
             cJSON_Delete(root);
             free(names);
-            return qlt_fail("%s: weight_map['%s'] is not a file name", index_path, it->string);
+            return -1;
         }
         names = qlt_xrealloc(names, (size_t)(n + 1) * sizeof *names);
         names[n++] = it->valuestring;
     }
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    if (n > 0) qsort(names, (size_t)n, sizeof *names, cmp_str); /* names is NULL for an empty weight_map */
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         if (i > 0 && strcmp(names[i], names[i - 1]) == 0) continue;
@@ -318,7 +319,7 @@ int qlt_st_dir_open(qlt_st_dir *d, const char *dir) {
                 }
             }
             closedir(dh);
-            qsort(names, (size_t)n, sizeof *names, cmp_str);
+            if (n > 0) qsort(names, (size_t)n, sizeof *names, cmp_str); /* names is NULL when n is 0 */
             if (n == 0) rc = qlt_fail("%s: no model.safetensors, index or *.safetensors file found", dir);
             for (int i = 0; i < n; i++) {
                 if (rc == 0) {

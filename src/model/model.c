@@ -127,6 +127,12 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
     } else if (load_matrix(m, &d, dir, "lm_head.weight", c->vocab, h, 0, 0, &m->lm_head)) {
         goto done;
     }
+    /* the layer table is sized by num_hidden_layers: the last layer must exist before it is allocated */
+    snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", c->n_layers - 1);
+    if (!qlt_st_dir_find(&d, name)) {
+        qlt_fail("%s: config.json has num_hidden_layers %d but tensor %s is missing", dir, c->n_layers, name);
+        goto done;
+    }
     m->layers = qlt_xcalloc((size_t)c->n_layers, sizeof *m->layers);
     for (int l = 0; l < c->n_layers; l++) {
         qlt_layer *L = &m->layers[l];

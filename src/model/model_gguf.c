@@ -170,6 +170,13 @@ int qlt_model_load_gguf(qlt_model *m, qlt_backend *be, const char *path, const q
     } else if (load_matrix(&L, "output.weight", c->vocab, c->hidden, 0, 0, &m->lm_head)) {
         goto done;
     }
+    /* the layer table is sized by block_count: the last block must exist before it is allocated */
+    char last[64];
+    snprintf(last, sizeof last, "blk.%d.attn_norm.weight", c->n_layers - 1);
+    if (!qlt_gguf_find_tensor(&g, last)) {
+        qlt_fail("%s: block_count is %d but tensor %s is missing", path, c->n_layers, last);
+        goto done;
+    }
     m->layers = qlt_xcalloc((size_t)c->n_layers, sizeof *m->layers);
     for (int l = 0; l < c->n_layers; l++)
         if (load_layer(&L, l)) goto done;

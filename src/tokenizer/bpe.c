@@ -70,6 +70,7 @@ int32_t qlt_bpe_lookup(const qlt_bpe *bpe, const void *bytes, size_t len) {
 
 /* Appends len bytes to the blob; returns their offset. */
 static int64_t blob_put(qlt_bpe *bpe, const void *bytes, size_t len) {
+    if (len == 0) return bpe->blob_len; /* an empty token: nothing to copy (and no blob yet, perhaps) */
     if (bpe->blob_len + (int64_t)len > bpe->blob_cap) {
         int64_t cap = bpe->blob_cap ? bpe->blob_cap : 1 << 16;
         while (cap < bpe->blob_len + (int64_t)len) cap *= 2;

@@ -69,6 +69,12 @@ static int load_vocab(qlt_tokenizer *tok, const char *path, const cJSON *vocab, 
         if (id->valueint > max_id) max_id = id->valueint;
     }
     if (n_vocab == 0) return qlt_fail("%s: model.vocab is empty", path);
+    /* the id tables are sized by the largest id: ids far past the number of tokens (mostly holes) would make
+     * one stray id allocate gigabytes */
+    int64_t n_tokens = n_vocab + i;
+    if ((int64_t)max_id >= 2 * n_tokens + 1024)
+        return qlt_fail("%s: token id %d is far past the %lld tokens the file defines (ids run from 0 with few "
+                        "gaps): the file is corrupt", path, max_id, (long long)n_tokens);
     qlt_bpe_init(&tok->bpe, max_id + 1, n_vocab, cJSON_GetArraySize(merges));
     tok->bpe.byte_level = tok->pre.byte_level;
     uint8_t *buf = qlt_xmalloc(4096);
