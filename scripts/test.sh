@@ -9,6 +9,12 @@ scripts/setup.sh
 BUILD_DIR=build-asan CMAKE_ARGS="-DQLT_SANITIZE=ON -DQLT_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug" scripts/setup.sh
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# Criterion's runner leaks when tests with different time limits overlap (LeakSanitizer then fails the run):
+# every limit is QLT_TEST_TIMEOUT_S (tests/unit/test_util.h).
+if grep -nE '\.timeout *= *[0-9]' tests/unit/*.c; then
+    echo "test.sh: a test sets its own .timeout: use .timeout = QLT_TEST_TIMEOUT_S (tests/unit/test_util.h)" >&2
+    exit 1
+fi
 jobs=$(nproc 2>/dev/null || echo 2)
 ./build-asan/qlt_tests --jobs "$jobs" "$@"
 [ -n "${QLT_SKIP_FUZZ:-}" ] || scripts/fuzz.sh

@@ -246,7 +246,7 @@ Test(faults, nan_step_is_skipped_bit_exactly) {
  * skipped_steps 1..3; the progress lines say "skipped N"), the run stops at step 5 with one error line and a
  * non-zero exit, and checkpoint-5 holds step 2's adapter (the bytes of checkpoint-2's), finite, with adam_step 2;
  * --resume auto without the fault runs to the end. */
-Test(faults, max_bad_steps_stops_with_the_last_good_state, .timeout = 300) {
+Test(faults, max_bad_steps_stops_with_the_last_good_state, .timeout = QLT_TEST_TIMEOUT_S) {
     fault_files f;
     files_setup(&f);
     char *out = qlt_path_join(f.tmp, "out"), *said = NULL;
@@ -373,7 +373,7 @@ static pid_t spawn_train(const fault_files *f, const char *out, int steps, const
  * (before the adapter, before the optimizer state, before trainer_state.json, before the rename). After each kill
  * the latest complete checkpoint is whole; a run that ends by itself exits 0; the last --resume auto finishes and
  * final/ is byte-identical to an uninterrupted run's. */
-Test(faults, kills_at_any_moment_resume_exactly, .timeout = 300) {
+Test(faults, kills_at_any_moment_resume_exactly, .timeout = QLT_TEST_TIMEOUT_S) {
     fault_files f;
     files_setup(&f);
     const int steps = 400; /* more than 24 kills can get through: a random one lets up to ~20 steps be saved */
@@ -472,7 +472,7 @@ static void first_three_steps(const fault_files *f, const char *out) {
  * 78 KiB: EFBIG). The resumed run fails at the save of step 4 with one error line naming the checkpoint, the cause
  * and what to do, exits non-zero, leaves no part of checkpoint-4, and checkpoint-3 stays whole; with room again,
  * --resume auto finishes byte-identical to an uninterrupted run. */
-Test(faults, disk_full_during_a_checkpoint, .timeout = 300) {
+Test(faults, disk_full_during_a_checkpoint, .timeout = QLT_TEST_TIMEOUT_S) {
     fault_files f;
     files_setup(&f);
     char *straight = qlt_path_join(f.tmp, "straight"), *mnt = qlt_path_join(f.tmp, "mnt");
@@ -523,7 +523,7 @@ Test(faults, disk_full_during_a_checkpoint, .timeout = 300) {
 /* output.dir turns read-only (a tmpfs remounted read-only: as root, file modes stop nothing): --resume auto fails
  * in one line naming the path, exits non-zero, checkpoint-3 stays whole; writable again, the run finishes
  * byte-identical to an uninterrupted run. Needs mount (root with CAP_SYS_ADMIN, as CI runs). */
-Test(faults, read_only_output, .timeout = 300) {
+Test(faults, read_only_output, .timeout = QLT_TEST_TIMEOUT_S) {
     fault_files f;
     files_setup(&f);
     char *straight = qlt_path_join(f.tmp, "straight"), *mnt = qlt_path_join(f.tmp, "mnt");
@@ -561,7 +561,7 @@ Test(faults, read_only_output, .timeout = 300) {
  * step 5 of a run saving every 2 steps: the optimizer ops of step 5 do nothing, the state after step 4 is saved
  * as checkpoint-4 (its adapter the bytes of an uninterrupted run's checkpoint-4), one error line says so, exit
  * non-zero; --resume auto finishes byte-identical to the uninterrupted run. */
-Test(faults, recoverable_device_error_saves_the_last_good_step, .timeout = 300) {
+Test(faults, recoverable_device_error_saves_the_last_good_step, .timeout = QLT_TEST_TIMEOUT_S) {
     fault_files f;
     files_setup(&f);
     char *straight = qlt_path_join(f.tmp, "straight"), *out = qlt_path_join(f.tmp, "out"), *said = NULL;
@@ -602,7 +602,7 @@ Test(faults, recoverable_device_error_saves_the_last_good_step, .timeout = 300) 
 /* A sticky device error (QLT_TEST_DEVICE_FAULT=step:5:sticky, as an illegal address) in step 5 of a run saving
  * every 3 steps: nothing is read back or saved, one error line says the device is unusable and names
  * checkpoint-3, kept whole; --resume auto finishes byte-identical to an uninterrupted run. */
-Test(faults, sticky_device_error_keeps_the_last_checkpoint, .timeout = 300) {
+Test(faults, sticky_device_error_keeps_the_last_checkpoint, .timeout = QLT_TEST_TIMEOUT_S) {
     fault_files f;
     files_setup(&f);
     char *straight = qlt_path_join(f.tmp, "straight"), *out = qlt_path_join(f.tmp, "out"), *said = NULL;

@@ -289,7 +289,7 @@ static char *final_adapter(const char *out, size_t *len) {
 /* SIGINT to a running `qlora-train train`: the step finishes, checkpoint-<step>/ is written, exit 130 with
  * the command that continues it; that command (--resume auto) runs to the end and writes final/ byte for
  * byte as a run that was never interrupted; run once more, it says the run is finished and exits 0. */
-Test(run_control, sigint_checkpoints_and_resume_is_exact, .timeout = 600) {
+Test(run_control, sigint_checkpoints_and_resume_is_exact, .timeout = QLT_TEST_TIMEOUT_S) {
     run_files f;
     files_setup(&f);
     char *straight = qlt_path_join(f.tmp, "straight"), *stopped = qlt_path_join(f.tmp, "stopped");
@@ -342,7 +342,7 @@ Test(run_control, sigint_checkpoints_and_resume_is_exact, .timeout = 600) {
 
 /* SIGTERM: the same orderly stop, exit 143. Two SIGINTs at once: the second exits at once (130); the
  * checkpoints written before are intact and the run continues from them. */
-Test(run_control, sigterm_and_a_second_sigint, .timeout = 600) {
+Test(run_control, sigterm_and_a_second_sigint, .timeout = QLT_TEST_TIMEOUT_S) {
     run_files f;
     files_setup(&f);
     char *out = qlt_path_join(f.tmp, "run"), *log = qlt_path_join(f.tmp, "run.log");

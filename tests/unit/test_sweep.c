@@ -309,7 +309,7 @@ static int csv_rows(const char *text, char names[][64], char statuses[][16], dou
 
 /* A 2x2 grid (train.lr x data.seq_len) stopped after two runs, the third left with a checkpoint at step 2 as an
  * interrupted run leaves it, then started again. */
-Test(sweep, restart_skips_finished_runs_and_resumes_the_rest, .timeout = 300) {
+Test(sweep, restart_skips_finished_runs_and_resumes_the_rest, .timeout = QLT_TEST_TIMEOUT_S) {
     char *tmp = test_tmpdir();
     write_base(tmp);
     free(write_in(tmp, "sweep.yaml",
@@ -421,7 +421,7 @@ Test(sweep, restart_skips_finished_runs_and_resumes_the_rest, .timeout = 300) {
     free(tmp);
 }
 
-Test(sweep, a_failing_run_does_not_stop_the_sweep, .timeout = 120) {
+Test(sweep, a_failing_run_does_not_stop_the_sweep, .timeout = QLT_TEST_TIMEOUT_S) {
     char *tmp = test_tmpdir();
     write_base(tmp);
     free(write_in(tmp, "sweep.yaml", "base: base.yaml\noutput: {dir: out}\ngrid: {lora.r: [2, 0, 3]}\n"));
@@ -474,7 +474,7 @@ Test(sweep, dry_run_help_and_errors) {
 
 /* --gpus 0,1: two runs at a time, each with its GPU in CUDA_VISIBLE_DEVICES (the runs here train on the CPU, which
  * ignores it: the scheduler is what is tested). */
-Test(sweep, gpus_run_side_by_side, .timeout = 120) {
+Test(sweep, gpus_run_side_by_side, .timeout = QLT_TEST_TIMEOUT_S) {
     char *tmp = test_tmpdir();
     write_base(tmp);
     free(write_in(tmp, "sweep.yaml", "base: base.yaml\noutput: {dir: out}\ngrid: {lora.r: [2, 3, 4]}\n"));
