@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# test.sh: installs what is missing, builds the tests under AddressSanitizer + UBSan (CPU path, the one
+# test.sh: checks the include rules (scripts/check-includes.py), installs what is missing, builds the tests under AddressSanitizer + UBSan (CPU path, the one
 # CI can run), and runs every Criterion test; then runs every libFuzzer harness for FUZZ_SECONDS (30) each
 # (scripts/fuzz.sh; QLT_SKIP_FUZZ=1 skips it). Also checks that the release build (with CUDA when nvcc
 # is present) compiles. Exit status is the tests' (then the fuzzing's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+python3 scripts/check-includes.py   # includes point down (docs/ARCHITECTURE.md, "Folders")
 scripts/setup.sh
 BUILD_DIR=build-asan CMAKE_ARGS="-DQLT_SANITIZE=ON -DQLT_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug" scripts/setup.sh
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}

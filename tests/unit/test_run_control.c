@@ -37,18 +37,7 @@ static void files_setup(run_files *f) {
     f->config = qlt_path_join(f->tmp, "run.yaml");
     test_write_random_token_rows(f->train, 12345, 16);
     test_write_random_token_rows(f->eval, 999, 8);
-    char *model = test_fixture_path("tiny-qwen3", NULL), *text = NULL;
-    if (asprintf(&text,
-                 "model:\n  path: %s\n  quant: none\n"
-                 "lora:\n  r: 4\n  alpha: 8\n  dropout: 0.1\n"
-                 "data:\n  train: [%s]\n  format: tokens\n  seq_len: 24\n  cache: false\n"
-                 "train:\n  device: cpu\n  threads: 1\n  lr: 3e-2\n  schedule: constant\n  micro_batch: 2\n"
-                 "  grad_accum: 2\n  log_every: 1000\n",
-                 model, f->train) < 0)
-        abort();
-    test_write_text(f->config, text);
-    free(text);
-    free(model);
+    test_write_cpu_run_config(f->config, f->train, "  log_every: 1000\n");
 }
 
 static void files_free(run_files *f) {

@@ -149,6 +149,21 @@ void test_write_bytes(const char *path, const void *data, size_t len) {
 
 void test_write_text(const char *path, const char *text) { test_write_bytes(path, text, strlen(text)); }
 
+void test_write_cpu_run_config(const char *path, const char *train, const char *tail) {
+    char *model = test_fixture_path("tiny-qwen3", NULL), *text = NULL;
+    if (asprintf(&text,
+                 "model:\n  path: %s\n  quant: none\n"
+                 "lora:\n  r: 4\n  alpha: 8\n  dropout: 0.1\n"
+                 "data:\n  train: [%s]\n  format: tokens\n  seq_len: 24\n  cache: false\n"
+                 "train:\n  device: cpu\n  threads: 1\n  lr: 3e-2\n  schedule: constant\n  micro_batch: 2\n"
+                 "  grad_accum: 2\n%s",
+                 model, train, tail) < 0)
+        abort();
+    test_write_text(path, text);
+    free(text);
+    free(model);
+}
+
 void test_write_random_token_rows(const char *path, uint64_t seed, int rows) {
     FILE *f = fopen(path, "w");
     cr_assert(f, "cannot write %s", path);

@@ -45,5 +45,9 @@ void test_write_text(const char *path, const char *text);
 /* rows lines of {"input_ids": [24 ids < 512]} (the tiny fixtures' vocabulary) from an LCG seeded with seed: the
  * `tokens` format's rows for small CPU runs, the same for the same seed. */
 void test_write_random_token_rows(const char *path, uint64_t seed, int rows);
+/* path: a run config of tiny-qwen3 (dense, r 4, alpha 8, dropout 0.1) on the CPU, one thread (the same bits every
+ * run), over train (a `tokens` file of 24-token rows), lr 3e-2 constant, micro-batch 2, grad_accum 2, then tail:
+ * more YAML that goes on in the train section (e.g. "  log_every: 1\noutput:\n  save_every: 1\n"). */
+void test_write_cpu_run_config(const char *path, const char *train, const char *tail);
 
 #endif
