@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# test.sh: checks the include rules (scripts/check-includes.py), installs what is missing, builds the tests under AddressSanitizer + UBSan (CPU path, the one
-# CI can run), and runs every Criterion test; then runs every libFuzzer harness for FUZZ_SECONDS (30) each
-# (scripts/fuzz.sh; QLT_SKIP_FUZZ=1 skips it). Also checks that the release build (with CUDA when nvcc
-# is present) compiles. Exit status is the tests' (then the fuzzing's).
+# test.sh: checks the include rules (scripts/check-includes.py), installs what is missing, builds the tests
+# under AddressSanitizer + UBSan (CPU path, the one CI can run), and runs every Criterion test; then runs
+# every libFuzzer harness for FUZZ_SECONDS (30) each (scripts/fuzz.sh; QLT_SKIP_FUZZ=1 skips it). Also checks
+# that the release build (with CUDA when nvcc is present) compiles. Exit status is the tests' (then the
+# fuzzing's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 scripts/check-includes.py   # includes point down (docs/ARCHITECTURE.md, "Folders")
