@@ -3,12 +3,15 @@
 # runs each for a bounded time from its seed corpus; fails on any finding (crash, sanitizer report, leak,
 # timeout, out of memory, a rejection that is not one line). Installs clang when it is missing.
 #   scripts/fuzz.sh                       every harness, FUZZ_SECONDS (30) each
-#   FUZZ_SECONDS=300 scripts/fuzz.sh gguf tokenizer     some harnesses, longer
+#   FUZZ_SECONDS=300 FUZZ_SEED=0 scripts/fuzz.sh gguf tokenizer     some harnesses, longer, a random seed
 # New inputs that reach new code go to build-fuzz/corpus/<harness>/ (the committed seeds stay as they are);
 # a finding is written to build-fuzz/findings/ and reproduced by ./build-fuzz/fuzz_<harness> FILE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-30}
+# A fixed seed: from the same corpus the same inputs come in the same order, so a run that passed here passes
+# on a machine like this one (a faster one goes further); FUZZ_SEED=0 lets libFuzzer pick one.
+seed=${FUZZ_SEED:-1}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 
 # harness -> -max_len (above its largest seed, so seeds are not cut; small enough to mutate quickly)
@@ -59,7 +62,7 @@ for h in "${harnesses[@]}"; do
   log="$build/fuzz_$h.log"
   start=$(date +%s)
   set +e
-  "$build/fuzz_$h" -max_total_time="$seconds" -max_len="${max_len[$h]}" -rss_limit_mb=2048 -timeout=10 \
+  "$build/fuzz_$h" -max_total_time="$seconds" -max_len="${max_len[$h]}" -rss_limit_mb=2048 -timeout=10 -seed="$seed" \
     -print_final_stats=1 -artifact_prefix="$build/findings/$h-" "$corpus" "tests/fuzz/$h" >"$log" 2>&1
   rc=$?
   set -e

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/whole_number.h"
 #include "common/error.h"
 #include "data/dataset_internal.h"
 #include "data/labeled.h"
@@ -38,7 +39,7 @@ static int int_array(const cJSON *v, const char *key, int allow_ignore, qlt_ids 
     int64_t i = 0;
     for (const cJSON *e = v->child; e; e = e->next, i++) {
         double d = e->valuedouble;
-        if (!cJSON_IsNumber(e) || d != (double)(int32_t)d || (d < 0 && !(allow_ignore && d == QLT_IGNORE_LABEL)))
+        if (!cJSON_IsNumber(e) || !qlt_is_int32(d) || (d < 0 && !(allow_ignore && d == QLT_IGNORE_LABEL)))
             return qlt_fail("field \"%s\"[%lld] is not a valid token id", key, (long long)i);
         qlt_ids_push(out, (int32_t)d);
     }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/whole_number.h"
 #include "common/error.h"
 #include "common/fileutil.h"
 
@@ -118,7 +119,7 @@ static void set_special(int32_t *slot, const cJSON *tc, const cJSON *added, cons
         char key[32];
         snprintf(key, sizeof key, "%s_token_id", typ);
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(cfg, key);
-        if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble == (double)(int32_t)e->valuedouble) id = (int32_t)e->valuedouble;
+        if (cJSON_IsNumber(e) && e->valuedouble >= 0 && qlt_is_int32(e->valuedouble)) id = (int32_t)e->valuedouble;
     }
     *slot = id >= 0 && id < n ? id : -1;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/whole_number.h"
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "common/rng.h"
@@ -146,7 +147,7 @@ int qlt_lora_read_peft_config(const char *dir, int *r, float *alpha, unsigned *t
         else if ((cJSON_IsObject(jrp) && jrp->child) || (cJSON_IsObject(jap) && jap->child))
             rc = qlt_fail("%s: per-module rank_pattern / alpha_pattern are not supported: one r and lora_alpha for "
                           "every module", path);
-        else if (!cJSON_IsNumber(jr) || jr->valuedouble < 1 || jr->valuedouble != (double)(int)jr->valuedouble)
+        else if (!cJSON_IsNumber(jr) || jr->valuedouble < 1 || !qlt_is_int32(jr->valuedouble))
             rc = qlt_fail("%s: 'r' must be a positive integer", path);
         else if (!cJSON_IsNumber(ja) || !(ja->valuedouble > 0 && ja->valuedouble <= FLT_MAX))
             rc = qlt_fail("%s: 'lora_alpha' must be a positive number that fits a 32-bit float (as lora.alpha)", path);

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "config/config.h"
+#include "data/dataset_internal.h"
 #include "data/jsonl.h"
 #include "cpu/backend_cpu.h"
 #include "model/model.h"
@@ -202,4 +203,24 @@ Test(fuzz_found, config_num_hidden_layers_past_the_tensors) {
     qlt_remove_tree(dir);
     free(src);
     free(dir);
+}
+
+/* fuzz_dataset_line: a token id past what an int holds (62222222222222222222) was cast to int32 before it was
+ * range-checked (undefined behaviour, reported by clang's UBSan); now it is refused like any bad id, as are the
+ * largest whole numbers just past either end of int32, while the ends themselves pass the integer check. */
+Test(fuzz_found, token_id_past_int32) {
+    qlt_example_ctx c = {.format = QLT_DATA_FORMAT_TOKENS};
+    qlt_ids ids = {0}, labels = {0};
+    static const char *const bad[] = {"{\"input_ids\": [5, 62222222222222222222]}", "{\"input_ids\": [2147483648]}",
+                                      "{\"input_ids\": [1], \"labels\": [-2147483649]}", "{\"input_ids\": [1e300]}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_eq(qlt_example_parse(&c, bad[i], strlen(bad[i]), &ids, &labels), -1, "%s", bad[i]);
+        expect_line("is not a valid token id", NULL);
+        cr_expect_eq(ids.len, 0, "nothing appended for %s", bad[i]);
+    }
+    const char *ok = "{\"input_ids\": [2147483647, 0]}";
+    cr_expect_eq(qlt_example_parse(&c, ok, strlen(ok), &ids, &labels), 0, "%s", qlt_error());
+    cr_expect(ids.len == 2 && ids.data[0] == 2147483647, "the largest int32 id is kept");
+    free(ids.data);
+    free(labels.data);
 }
