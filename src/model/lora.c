@@ -236,6 +236,13 @@ int qlt_lora_load_peft(qlt_lora *lora, const char *dir) {
 int qlt_lora_save_peft(const qlt_lora *lora, const qlt_model_config *mc, const char *base_model, const char *dir) {
     float *host = qlt_xmalloc(sizeof(float) * (size_t)lora->n_params);
     lora->be->download(lora->be, host, lora->params, sizeof(float) * (size_t)lora->n_params);
+    int rc = qlt_lora_save_peft_host(lora, host, mc, base_model, dir);
+    free(host);
+    return rc;
+}
+
+int qlt_lora_save_peft_host(const qlt_lora *lora, const float *host, const qlt_model_config *mc,
+                            const char *base_model, const char *dir) {
     qlt_st_writer w;
     qlt_st_writer_init(&w);
     qlt_st_writer_set_metadata(&w, "{\"format\":\"pt\"}");
@@ -254,7 +261,6 @@ int qlt_lora_save_peft(const qlt_lora *lora, const qlt_model_config *mc, const c
             qlt_st_writer_add(&w, name, QLT_DTYPE_F32, 2, shape_b, host + qlt_lora_offset_b(lora, s));
         }
     }
-    free(host);
     char *st_path = qlt_path_join(dir, "adapter_model.safetensors");
     int rc = qlt_st_writer_write(&w, st_path);
     free(st_path);

@@ -67,6 +67,9 @@ int qlt_lora_peft_tensor(const qlt_st_file *f, int layer, qlt_proj p, char which
                          const qlt_st_tensor **t);
 /* Writes adapter_config.json + adapter_model.safetensors (F32) into dir (which must exist). */
 int qlt_lora_save_peft(const qlt_lora *lora, const qlt_model_config *mc, const char *base_model, const char *dir);
+/* The same from host_params float [n_params], the adapter already downloaded (a checkpoint holds it anyway). */
+int qlt_lora_save_peft_host(const qlt_lora *lora, const float *host_params, const qlt_model_config *mc,
+                            const char *base_model, const char *dir);
 /* PEFT tensor name of layer l, projection p, matrix 'A' or 'B'. */
 void qlt_lora_tensor_name(char *buf, size_t size, int layer, qlt_proj p, char which);
 void qlt_lora_free(qlt_lora *lora);

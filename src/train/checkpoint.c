@@ -33,23 +33,44 @@ static void test_kill_point(const qlt_trainer *t, const char *phase) {
     kill(getpid(), SIGKILL);
 }
 
-/* How many of a device array's count floats are NaN or infinite (downloaded whole). */
-static int64_t count_non_finite(const qlt_trainer *t, const float *dev, int64_t count) {
-    float *host = qlt_xmalloc(sizeof(float) * (size_t)(count > 0 ? count : 1));
-    t->be->download(t->be, host, dev, sizeof(float) * (size_t)count);
+/* What a save writes, downloaded once for both the finiteness check and the files: the adapter and, for a
+ * checkpoint, both Adam moments (m and v NULL for final/), float [n_params] each. */
+typedef struct saved_state {
+    float *params, *m, *v;
+} saved_state;
+
+static float *download_floats(const qlt_trainer *t, const float *dev) {
+    size_t bytes = sizeof(float) * (size_t)t->lora.n_params;
+    float *host = qlt_xmalloc(bytes ? bytes : sizeof(float));
+    t->be->download(t->be, host, dev, bytes);
+    return host;
+}
+
+static void download_state(const qlt_trainer *t, int checkpoint, saved_state *st) {
+    st->params = download_floats(t, t->lora.params);
+    st->m = checkpoint ? download_floats(t, t->lora.m) : NULL;
+    st->v = checkpoint ? download_floats(t, t->lora.v) : NULL;
+}
+
+static void free_state(saved_state *st) {
+    free(st->params);
+    free(st->m);
+    free(st->v);
+}
+
+/* How many of x's count floats are NaN or infinite (x NULL: none). */
+static int64_t count_non_finite(const float *x, int64_t count) {
     int64_t bad = 0;
-    for (int64_t i = 0; i < count; i++) bad += !isfinite(host[i]);
-    free(host);
+    for (int64_t i = 0; x && i < count; i++) bad += !isfinite(x[i]);
     return bad;
 }
 
 /* A NaN never reaches a checkpoint: the adapter (and for a checkpoint both Adam moments) must be finite, else
  * nothing is written and the earlier checkpoints stay the latest. */
-static int check_finite(const qlt_trainer *t, const char *dir, int checkpoint) {
+static int check_finite(const qlt_trainer *t, const char *dir, const saved_state *st) {
     int64_t n = t->lora.n_params;
-    int64_t bad_p = count_non_finite(t, t->lora.params, n);
-    int64_t bad_m = checkpoint ? count_non_finite(t, t->lora.m, n) : 0;
-    int64_t bad_v = checkpoint ? count_non_finite(t, t->lora.v, n) : 0;
+    int64_t bad_p = count_non_finite(st->params, n), bad_m = count_non_finite(st->m, n);
+    int64_t bad_v = count_non_finite(st->v, n);
     if (bad_p + bad_m + bad_v == 0) return 0;
     char *latest = qlt_checkpoint_find_latest(t->cfg->output.dir);
     if (latest)
@@ -82,18 +103,12 @@ static int replace_dir(const char *tmp, const char *final_dir) {
     return rc;
 }
 
-static int write_optimizer(const qlt_trainer *t, const char *dir) {
-    size_t bytes = sizeof(float) * (size_t)t->lora.n_params;
-    float *m = qlt_xmalloc(bytes), *v = qlt_xmalloc(bytes);
-    t->be->download(t->be, m, t->lora.m, bytes);
-    t->be->download(t->be, v, t->lora.v, bytes);
+static int write_optimizer(const qlt_trainer *t, const saved_state *st, const char *dir) {
     qlt_st_writer w;
     qlt_st_writer_init(&w);
     int64_t shape[1] = {t->lora.n_params};
-    qlt_st_writer_add(&w, "exp_avg", QLT_DTYPE_F32, 1, shape, m);
-    qlt_st_writer_add(&w, "exp_avg_sq", QLT_DTYPE_F32, 1, shape, v);
-    free(m);
-    free(v);
+    qlt_st_writer_add(&w, "exp_avg", QLT_DTYPE_F32, 1, shape, st->m);
+    qlt_st_writer_add(&w, "exp_avg_sq", QLT_DTYPE_F32, 1, shape, st->v);
     char *path = qlt_path_join(dir, "optimizer.safetensors");
     int rc = qlt_st_writer_write(&w, path);
     free(path);
@@ -157,15 +172,16 @@ static int write_state(const qlt_trainer *t, const char *dir, int checkpoint) {
 
 /* Writes the adapter (and, for a checkpoint, the optimizer state, the effective config and the trainer
  * state, last) into a temporary sibling of dir, then renames it over dir: dir is complete or untouched. */
-static int save_dir(const qlt_trainer *t, const char *dir, int checkpoint) {
+static int save_dir(const qlt_trainer *t, const char *dir, const saved_state *st) {
+    const int checkpoint = st->m != NULL;
     char *tmp = tmp_sibling(dir);
     qlt_remove_tree(tmp);
     int rc = qlt_mkdirs(tmp);
     if (checkpoint) test_kill_point(t, "adapter");
-    if (rc == 0) rc = qlt_lora_save_peft(&t->lora, &t->model.cfg, t->cfg->model.path, tmp);
+    if (rc == 0) rc = qlt_lora_save_peft_host(&t->lora, st->params, &t->model.cfg, t->cfg->model.path, tmp);
     if (rc == 0 && checkpoint) {
         test_kill_point(t, "optimizer");
-        rc = write_optimizer(t, tmp);
+        rc = write_optimizer(t, st, tmp);
         if (rc == 0) {
             char *cfg_path = qlt_path_join(tmp, "run_config.json");
             rc = qlt_config_write_json(t->cfg, cfg_path);
@@ -182,14 +198,22 @@ static int save_dir(const qlt_trainer *t, const char *dir, int checkpoint) {
     return rc;
 }
 
-int qlt_adapter_save(const qlt_trainer *t, const char *dir) {
-    QLT_TRY(check_finite(t, dir, 0));
-    return save_dir(t, dir, 0);
+/* check_finite, then save_dir, on one download of the state: 0 written, -1 refused as not finite (the message
+ * says so), 1 the write failed (the message is its cause). */
+static int save_checked(const qlt_trainer *t, const char *dir, int checkpoint) {
+    saved_state st;
+    download_state(t, checkpoint, &st);
+    int rc = check_finite(t, dir, &st);
+    if (rc == 0) rc = save_dir(t, dir, &st) == 0 ? 0 : 1;
+    free_state(&st);
+    return rc;
 }
 
+int qlt_adapter_save(const qlt_trainer *t, const char *dir) { return save_checked(t, dir, 0) == 0 ? 0 : -1; }
+
 int qlt_checkpoint_save(const qlt_trainer *t, const char *dir) {
-    QLT_TRY(check_finite(t, dir, 1));
-    if (save_dir(t, dir, 1) == 0) return 0;
+    int rc = save_checked(t, dir, 1);
+    if (rc <= 0) return rc; /* written, or refused as not finite */
     /* nothing of it was renamed into place (its temporary folder is removed): the latest complete checkpoint is
      * still the one before */
     char cause[1024];
