@@ -158,8 +158,8 @@ void qlt_run_log_saved(qlt_run_log *log, int64_t step, const char *dir) {
     qlt_progress_line(&log->progress, "step %lld: checkpoint saved to %s", (long long)step, dir);
 }
 
-void qlt_run_log_close(qlt_run_log *log, int run_ok) {
-    if (!log) return;
+int qlt_run_log_close(qlt_run_log *log, int run_ok) {
+    if (!log) return 0;
     char *run_error = run_ok ? NULL : qlt_xstrdup(qlt_error()); /* what the run failed with is what gets said */
     qlt_progress_eval_end(&log->progress);
     qlt_progress_finish(&log->progress);
@@ -169,10 +169,14 @@ void qlt_run_log_close(qlt_run_log *log, int run_ok) {
         fprintf(stderr, "qlora-train: warning: %s\n", qlt_error());
     char *png = qlt_path_join(log->cfg->output.dir, "loss.png");
     const char *dirs[] = {log->cfg->output.dir};
-    if (run_ok && qlt_loss_plot_available() && qlt_loss_plot(dirs, 1, png) != 0)
+    int plotted = run_ok && qlt_loss_plot_available();
+    if (plotted && qlt_loss_plot(dirs, 1, png) != 0) {
         fprintf(stderr, "qlora-train: warning: no loss plot: %s\n", qlt_error());
+        plotted = 0;
+    }
     free(png);
     if (run_error) qlt_fail("%s", run_error);
     free(run_error);
     free(log);
+    return plotted;
 }

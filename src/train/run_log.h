@@ -28,8 +28,8 @@ void qlt_run_log_eval(qlt_run_log *log, int64_t step, double loss, int64_t count
 /* A checkpoint of `step` was written to dir (one line on stderr). */
 void qlt_run_log_saved(qlt_run_log *log, int64_t step, const char *dir);
 /* Closes the files, ends the progress line and, when run_ok, draws output.dir/loss.png (a failure there is a
- * warning). A failed run's error (qlt_error) is kept. */
-void qlt_run_log_close(qlt_run_log *log, int run_ok);
+ * warning). A failed run's error (qlt_error) is kept. Returns 1 when it drew loss.png, else 0. */
+int qlt_run_log_close(qlt_run_log *log, int run_ok);
 
 /* Drops the lines of path (metrics.jsonl or metrics.csv) of steps after `step`; lines without a step (the
  * CSV header) stay. A missing file is fine. */

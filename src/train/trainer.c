@@ -807,7 +807,7 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
     if (rc == 0) rc = handle_device_fault(t, metrics);
     if (rc == 0 && t->eval.n_rows > 0 && !(cfg->train.eval_every > 0 && t->step % cfg->train.eval_every == 0))
         rc = run_eval_and_log(t, metrics);
-    qlt_run_log_close(metrics, rc == 0);
+    const int plotted = qlt_run_log_close(metrics, rc == 0);
     if (rc == 0 && t->sample_tok) rc = sample_answer(t, "after training");
     if (rc != 0) return rc;
     char *final_dir = qlt_path_join(cfg->output.dir, "final");
@@ -816,9 +816,11 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
     if (rc == 0 && !isnan(t->eval_loss_first) && t->eval_loss_first != t->eval_loss_last)
         fprintf(stderr, "qlora-train: eval loss %.4f -> %.4f (perplexity %.2f -> %.2f)\n", t->eval_loss_first,
                 t->eval_loss_last, exp(t->eval_loss_first), exp(t->eval_loss_last));
-    char *plot = qlt_path_join(cfg->output.dir, "loss.png");
-    if (rc == 0 && qlt_file_exists(plot)) fprintf(stderr, "qlora-train: loss plot in %s\n", plot);
-    free(plot);
+    if (rc == 0 && plotted) {
+        char *plot = qlt_path_join(cfg->output.dir, "loss.png");
+        fprintf(stderr, "qlora-train: loss plot in %s\n", plot);
+        free(plot);
+    }
     if (rc == 0 && t->sample_tok)
         fprintf(stderr, "qlora-train: both answers are in %s/samples.jsonl; ask more with `qlora-train generate "
                         "--config CONFIG --adapter %s --prompt ...`\n", cfg->output.dir, final_dir);
