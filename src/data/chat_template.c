@@ -47,23 +47,19 @@ int qlt_chat_template_resolve(qlt_chat_template choice, const qlt_tokenizer *tok
                             "(llama3), [INST] (mistral), <|user|> (phi3) in the tokenizer or its chat template; set "
                             "data.chat_template to one of them");
     }
-    if (choice == QLT_CHAT_TEMPLATE_CHATML) {
-        *out = choice;
-        return check_tokens(tok, "chatml", chatml_tokens, 2);
-    }
-    if (choice == QLT_CHAT_TEMPLATE_LLAMA3) {
-        *out = choice;
-        return check_tokens(tok, "llama3", llama3_tokens, 4);
-    }
-    if (choice == QLT_CHAT_TEMPLATE_MISTRAL) {
-        *out = choice;
-        return check_tokens(tok, "mistral", mistral_tokens, 2);
-    }
-    if (choice == QLT_CHAT_TEMPLATE_PHI3) {
-        *out = choice;
-        return check_tokens(tok, "phi3", phi3_tokens, 4);
-    }
-    return qlt_fail("data.chat_template = %d: not a template (use auto, chatml, llama3, mistral or phi3)", (int)choice);
+    /* the special tokens each template emits by id */
+    static const struct {
+        const char *const *tokens;
+        int n;
+    } needs[QLT_CHAT_TEMPLATE_COUNT] = {[QLT_CHAT_TEMPLATE_CHATML] = {chatml_tokens, 2},
+                                        [QLT_CHAT_TEMPLATE_LLAMA3] = {llama3_tokens, 4},
+                                        [QLT_CHAT_TEMPLATE_MISTRAL] = {mistral_tokens, 2},
+                                        [QLT_CHAT_TEMPLATE_PHI3] = {phi3_tokens, 4}};
+    if (choice <= QLT_CHAT_TEMPLATE_AUTO || choice >= QLT_CHAT_TEMPLATE_COUNT || !needs[choice].tokens)
+        return qlt_fail("data.chat_template = %d: not a template (use auto, chatml, llama3, mistral or phi3)",
+                        (int)choice);
+    *out = choice;
+    return check_tokens(tok, qlt_chat_template_name(choice), needs[choice].tokens, needs[choice].n);
 }
 
 /* Python's str.isspace() (what Jinja's `trim` strips), over Unicode code points. */

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/whole_number.h"
 #include "common/error.h"
+#include "common/whole_number.h"
 #include "data/dataset_internal.h"
 #include "data/labeled.h"
 

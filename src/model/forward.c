@@ -59,8 +59,8 @@ static int layer_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *
     /* a sliding-window layer masks by seg_window: same example, causal, and t - j < window */
     const int window = qlt_model_layer_window(c, l);
     QLT_ASSERT(window == 0 || window == b->window); /* the batch was staged for this model's window */
-    int a = qlt_ag_attention(g, q, k, v, window ? b->seg_window : b->seg_start, b->batch, b->seq, c->n_heads, c->n_kv_heads, c->head_dim,
-                             attn_scale);
+    int a = qlt_ag_attention(g, q, k, v, window ? b->seg_window : b->seg_start, b->batch, b->seq, c->n_heads,
+                             c->n_kv_heads, c->head_dim, attn_scale);
     int o = qlt_ag_linear(g, a, &L->proj[qlt_proj_groups[QLT_GROUP_O].first], NULL,
                           lr[qlt_proj_groups[QLT_GROUP_O].first], n);
     int xm = qlt_ag_add_rmsnorm(g, h, o, L->mlp_norm, n, c->hidden, c->rms_eps, &h);

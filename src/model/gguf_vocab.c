@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/whole_number.h"
 #include "common/error.h"
 #include "common/fileutil.h"
+#include "common/whole_number.h"
 
 /* The split regexes of the two pre-tokenizers llama.cpp knows by these names. */
 static const struct {

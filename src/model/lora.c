@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/whole_number.h"
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "common/rng.h"
+#include "common/whole_number.h"
 #include "config/config.h"
 #include "formats/safetensors.h"
 
