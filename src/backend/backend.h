@@ -133,6 +133,7 @@ struct qlt_backend {
                            * backend fills it only outside graph capture, so a captured step follows an eager one */
     int cudnn_version;    /* CUDA: the cuDNN (91900 = 9.19.0) whose fused attention runs where max_row_examples
                            * allows; 0: none (not built in or not loadable) */
+    char device_name[128]; /* the device as its driver names it ("NVIDIA H100 80GB HBM3"); "" when none */
     void *impl;           /* backend-private state */
     /* Device errors. fault_unwind 0 (the default): a failing device call prints itself and aborts the process;
      * 1 (the trainer sets it): the failure is recorded, later calls go on (grad_norm_sq and adamw then change
@@ -153,10 +154,21 @@ struct qlt_backend {
     void (*profile_read)(qlt_backend *be, double ms[QLT_PHASE_COUNT]);
     /* Bytes of backend memory still free (for train.grad_checkpoint: auto). */
     size_t (*available_bytes)(qlt_backend *be);
+    /* Optional (NULL: unknown): bytes of the device's memory in use by anything (the CUDA context, the libraries,
+     * other processes), as nvidia-smi counts it: total minus free. */
+    size_t (*device_used_bytes)(qlt_backend *be);
     /* Peak bytes of backend memory allocated so far (0 if unknown). */
     size_t (*peak_bytes)(qlt_backend *be);
     /* Bytes of backend memory allocated now, counted as peak_bytes counts (0 if unknown; may be NULL). */
     size_t (*live_bytes)(qlt_backend *be);
+    /* Optional (NULL: this backend does not plan): memory planning (src/train/memory_plan.c). Between plan_begin
+     * and plan_end, alloc hands out addresses that must never be used, weight_create fills *w (shape, format)
+     * without reading host, upload / download (zeros) / zero / sync do nothing, and the load-time prepares
+     * (weight_stack_prepare, bias_prepare, lora_group_prepare) only note the workspaces they would grow to; free
+     * and weight_free take back what was handed out. plan_end returns the bytes all that took at its peak plus the
+     * workspaces' growth: what the same calls would add to peak_bytes outside planning. */
+    void (*plan_begin)(qlt_backend *be);
+    size_t (*plan_end)(qlt_backend *be);
     /* Bytes that keep frozen weights dequantized now (dequant_cache_bytes; 0 when off). */
     int64_t (*dequant_cache_held)(qlt_backend *be);
     /* Measured dense bf16 GEMM rate in TFLOP/s (the MFU denominator), or NULL when not applicable. */

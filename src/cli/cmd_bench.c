@@ -217,6 +217,13 @@ static int run_bench(const bench_opts *o, const char *tmp) {
         double tokens_per_s = tokens_per_step / median;
         double peak_gib = be->peak_bytes ? (double)be->peak_bytes(be) / (1 << 30) : 0;
         double held_gib = be->dequant_cache_held ? (double)be->dequant_cache_held(be) / (1 << 30) : 0;
+        /* the memory plan against what the run took: the backend's own peak (plan less the libraries' share) and the
+         * device's memory in use now, less what was in use before the run began (the CUDA context) */
+        const qlt_memory_plan *plan = &t.mem_plan;
+        double plan_gib = plan->total / (1 << 30), plan_backend_gib = (plan->total - plan->libraries) / (1 << 30);
+        double device_gib = be->device_used_bytes && plan->total > 0
+                                ? ((double)be->device_used_bytes(be) - plan->context) / (1 << 30)
+                                : 0;
         double peak_tflops = be->gemm_peak_tflops ? be->gemm_peak_tflops(be) : 0;
         double linear = (double)qlt_model_linear_params(&mc);
         double mfu = peak_tflops > 0 ? 4.0 * linear * tokens_per_s / (peak_tflops * 1e12) : 0;
@@ -238,6 +245,9 @@ static int run_bench(const bench_opts *o, const char *tmp) {
                    peak_tflops, load_s, first_step_s, last_loss);
             printf(", \"attention\": \"%s\", \"dequant_cache_gib\": %g, \"dequant_cache_held_gib\": %.3f", attention,
                    cfg.train.dequant_cache_gib, held_gib);
+            if (plan->total > 0)
+                printf(", \"plan_gib\": %.3f, \"plan_backend_gib\": %.3f, \"device_gib\": %.3f, \"context_gib\": %.3f",
+                       plan_gib, plan_backend_gib, device_gib, plan->context / (1 << 30));
             if (gemm.calls)
                 printf(", \"threads\": %d, \"cpu_reference\": %s, \"linear_gflops\": %.1f, \"sgemm_same_shapes_gflops\": %.1f",
                        gemm.threads, o->cpu_reference ? "true" : "false", linear_gflops, sgemm_gflops);
@@ -267,6 +277,13 @@ static int run_bench(const bench_opts *o, const char *tmp) {
             if (peak_tflops > 0 && !cpu) printf("   MFU %.1f%% of %.0f TFLOP/s", 100 * mfu, peak_tflops);
             if (peak_tflops > 0 && cpu) printf("   MFU %.1f%% of %.0f GFLOP/s", 100 * mfu, 1e3 * peak_tflops);
             printf("\n");
+            if (plan->total > 0) {
+                printf("memory plan %.2f GiB: backend %.2f GiB (its peak: %.2f GiB)", plan_gib, plan_backend_gib, peak_gib);
+                if (device_gib > 0)
+                    printf(", with the libraries %.2f GiB (the device's use now, less the %.2f GiB in use before the "
+                           "run)", device_gib, plan->context / (1 << 30));
+                printf("\n");
+            }
             if (gemm.calls)
                 printf("frozen-weight GEMMs (%lld a step, %d shapes; NF4 dequantization included): %.1f GFLOP/s on %d "
                        "threads; OpenBLAS sgemm alone on the same shapes: %.1f GFLOP/s (%.0f%%)\n",

@@ -8,7 +8,6 @@
 #include "common/clock.h"
 #include "common/env.h"
 #include "common/error.h"
-#include "nf4/nf4.h"
 #include "train/trainer.h"
 
 static void print_config(const qlt_config *cfg, const char *config_path) {
@@ -43,46 +42,25 @@ static void print_data(const char *what, const qlt_dataset *ds) {
            100.0 * (double)ds->n_tokens / slots);
 }
 
-static double weight_bytes(const qlt_weight *w) {
-    double numel = (double)w->rows * (double)w->cols;
-    switch (w->format) {
-    case QLT_WFORMAT_NF4: return (double)qlt_nf4_bytes(w->nf4.numel, w->nf4.blocksize, w->nf4.double_quant);
-    case QLT_WFORMAT_F32: return 4 * numel;
-    default: return 2 * numel;
-    }
-}
-
-/* The model's frozen weights as held on the backend: linear layers, embeddings, norms and biases. */
-static double model_bytes(const qlt_model *m) {
-    const qlt_model_config *c = &m->cfg;
-    double bytes = weight_bytes(&m->embed) + (m->lm_head_shared ? 0 : weight_bytes(&m->lm_head)) + 4.0 * c->hidden;
-    for (int l = 0; l < c->n_layers; l++) {
-        const qlt_layer *layer = &m->layers[l];
-        for (int p = 0; p < QLT_PROJ_COUNT; p++) bytes += weight_bytes(&layer->proj[p]);
-        bytes += 2 * 4.0 * c->hidden;
-        for (int b = 0; b < 3; b++)
-            if (layer->bias[b]) bytes += 4.0 * (double)layer->proj[b].rows;
-        if (layer->q_norm) bytes += 2 * 4.0 * c->head_dim;
-    }
-    return bytes;
-}
-
 static void print_memory(const qlt_trainer *t) {
     const double mib = 1048576.0;
-    double weights = model_bytes(&t->model);
-    double lora = 4.0 * sizeof(float) * (double)t->lora.n_params; /* params, grads, AdamW m and v */
-    /* the arena as allocated: the largest of the planned passes (training micro-step, evaluation) */
-    double acts = (double)t->graph.arena_cap + (t->checkpointing ? (double)t->recompute.arena_cap : 0);
+    const qlt_memory_plan *p = &t->mem_plan;
     char label[96];
-    printf("memory plan (%s backend):\n", t->be->name);
+    if (p->total <= 0) { /* a backend that does not plan */
+        printf("memory plan: the %s backend does not plan its memory\n", t->be->name);
+        return;
+    }
+    printf("memory plan (%s backend, made before loading; the run's peak):\n", t->be->name);
     snprintf(label, sizeof label, "weights (frozen%s)", t->model.quantized ? ", NF4" : "");
-    printf("  %-48s %10.1f MiB\n", label, weights / mib);
+    printf("  %-48s %10.1f MiB\n", label, p->weights / mib);
     snprintf(label, sizeof label, "LoRA + AdamW state (%lld params x 16 bytes)", (long long)t->lora.n_params);
-    printf("  %-48s %10.1f MiB\n", label, lora / mib);
-    snprintf(label, sizeof label, "activation arena (%s)", t->checkpointing ? "layer checkpointing" : "no checkpointing");
-    printf("  %-48s %10.1f MiB\n", label, acts / mib);
-    printf("  %-48s %10.1f MiB (besides the libraries' workspaces%s)\n", "total", (weights + lora + acts) / mib,
-           t->be->dequant_cache_bytes > 0 ? " and train.dequant_cache_gib" : "");
+    printf("  %-48s %10.1f MiB\n", label, p->lora / mib);
+    snprintf(label, sizeof label, "activations (%s)", p->checkpointing ? "layer checkpointing" : "no checkpointing");
+    printf("  %-48s %10.1f MiB\n", label, p->activations / mib);
+    printf("  %-48s %10.1f MiB\n", "buffers and workspaces", p->buffers / mib);
+    if (p->dequant_cache > 0) printf("  %-48s %10.1f MiB\n", "dequantized weights (train.dequant_cache_gib)", p->dequant_cache / mib);
+    if (p->libraries > 0) printf("  %-48s %10.1f MiB\n", "CUDA libraries (cuBLAS, cuDNN, graphs)", p->libraries / mib);
+    printf("  %-48s %10.1f MiB of %.1f MiB free\n", "total", (p->total - p->in_use) / mib, p->available / mib);
 }
 
 int qlt_cli_dry_run(qlt_config *cfg, const char *config_path) {

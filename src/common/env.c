@@ -18,6 +18,10 @@ static const struct {
     [QLT_ENV_LORA_DUDB] = {"QLT_LORA_DUDB", "debugging: the CUDA LoRA backward's du / dB: 0 two cuBLAS GEMMs a "
                                              "site, 1 the one-pass kernel (default), 2 that kernel a token block a "
                                              "launch"},
+    [QLT_ENV_CUDA_CAPABILITY] = {"QLT_CUDA_CAPABILITY", "debugging: 8.0, 8.6, 8.9 or 9.0 makes the CUDA backend pick its "
+                                                         "kernels as on a GPU of that compute capability (its "
+                                                         "shared-memory limit; no Hopper-only path), to test "
+                                                         "Ampere / Ada paths on a Hopper"},
     [QLT_ENV_DECODE_GRAPH] = {"QLT_DECODE_GRAPH", "measuring: 0 runs generation's one-token steps eagerly instead "
                                                    "of replaying the captured step (CUDA)"},
     [QLT_ENV_SWEEP_STOP_AFTER] = {"QLT_SWEEP_STOP_AFTER", "testing: N makes `qlora-train sweep` stop (exit status 3) "
@@ -28,6 +32,9 @@ static const struct {
     [QLT_ENV_TEST_DEVICE_FAULT] = {"QLT_TEST_DEVICE_FAULT", "test hook: step:N:recoverable or step:N:sticky records "
                                                              "a device fault in the middle of step N, to test what "
                                                              "the trainer saves"},
+    [QLT_ENV_TEST_FREE_BYTES] = {"QLT_TEST_FREE_BYTES", "test hook: N makes the memory plan take N bytes as the "
+                                                         "device's free memory, to test that a run that does not "
+                                                         "fit is refused with settings that fit"},
     [QLT_ENV_TEST_KILL_IN_SAVE] = {"QLT_TEST_KILL_IN_SAVE", "test hook: PHASE[:STEP] (PHASE adapter, optimizer, "
                                                              "state or rename) kills the process with SIGKILL at "
                                                              "that point of a checkpoint save (of step STEP)"},

@@ -15,11 +15,13 @@ typedef enum qlt_env_var {
     QLT_ENV_CUDNN_RAGGED,   /* debugging: "1" runs one example a row through cuDNN's ragged layout too */
     QLT_ENV_LORA_FOLD,      /* debugging: "0" adds every adapter by its own GEMMs (no LoRA group ops) */
     QLT_ENV_LORA_DUDB,      /* debugging: the LoRA backward's du / dB: 0 cuBLAS, 1 one-pass kernel, 2 chunked */
+    QLT_ENV_CUDA_CAPABILITY, /* debugging: "8.0", "8.6", ...: the CUDA backend picks kernels as on that compute capability */
     QLT_ENV_DECODE_GRAPH,   /* measuring: "0" runs generation's one-token steps eagerly instead of as a graph */
     QLT_ENV_SWEEP_STOP_AFTER, /* testing: "N": `sweep` starts no run after N runs ended (an interruption) */
     QLT_ENV_TEST_NAN_AT_STEP, /* test hook: "N" or "N-M": those steps' gradients get a NaN (eager) */
     QLT_ENV_TEST_DEVICE_FAULT, /* test hook: "step:N:recoverable|sticky": a device fault in the middle of step N */
     QLT_ENV_TEST_KILL_IN_SAVE, /* test hook: "PHASE[:STEP]": SIGKILL at that phase of a checkpoint save */
+    QLT_ENV_TEST_FREE_BYTES,  /* test hook: "N": the memory plan takes N bytes as the device's free memory */
     QLT_ENV_COUNT
 } qlt_env_var;
 

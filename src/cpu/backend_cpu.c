@@ -21,21 +21,24 @@
 /* Bytes held, for the peak-memory figure: as the CUDA backend counts, every allocation the backend holds
  * (be->alloc, NF4 weight storage, the dequantization scratch and cache), so both report the same kind of peak. */
 void qlt_cpu_track(qlt_cpu_impl *impl, int64_t bytes) {
+    size_t *live = impl->plan.on ? &impl->plan.live : &impl->live_bytes;
+    size_t *peak = impl->plan.on ? &impl->plan.peak : &impl->peak_bytes;
     if (bytes < 0) {
-        impl->live_bytes -= (size_t)(-bytes);
+        *live -= (size_t)(-bytes);
         return;
     }
-    impl->live_bytes += (size_t)bytes;
-    if (impl->live_bytes > impl->peak_bytes) impl->peak_bytes = impl->live_bytes;
+    *live += (size_t)bytes;
+    if (*live > *peak) *peak = *live;
 }
 
-/* Every be->alloc allocation carries its size in a 64-byte header. */
+/* Every be->alloc allocation carries its size in a 64-byte header. While planning only the header is allocated:
+ * the address is distinct and free() takes it back, and nothing is ever read or written there. */
 #define CPU_ALLOC_HEADER 64
 
 static void *cpu_alloc(qlt_backend *be, size_t bytes) {
     qlt_cpu_impl *impl = be->impl;
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes + CPU_ALLOC_HEADER) != 0) return NULL;
+    if (posix_memalign(&p, 64, (impl->plan.on ? 0 : bytes) + CPU_ALLOC_HEADER) != 0) return NULL;
     *(size_t *)p = bytes;
     qlt_cpu_track(impl, (int64_t)bytes);
     return (char *)p + CPU_ALLOC_HEADER;
@@ -49,7 +52,18 @@ static void cpu_free(qlt_backend *be, void *p) {
     free(base);
 }
 
+/* The RAM a run can still take: MemAvailable (free memory plus the page cache and buffers the kernel can give
+ * back), else the free pages alone. */
 static size_t cpu_available_bytes(qlt_backend *be) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kib = 0;
+        int found = 0;
+        while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+        fclose(f);
+        if (found) return (size_t)kib * 1024;
+    }
     long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
     return pages > 0 && size > 0 ? (size_t)pages * (size_t)size : 0;
 }
@@ -82,9 +96,35 @@ static void cpu_profile_read(qlt_backend *be, double ms[QLT_PHASE_COUNT]) {
     qlt_cpu_phase(be, impl->current);
     memcpy(ms, impl->ms, sizeof impl->ms);
 }
-static void cpu_upload(qlt_backend *be, void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
-static void cpu_download(qlt_backend *be, void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
+static int planning(qlt_backend *be) { return ((qlt_cpu_impl *)be->impl)->plan.on; }
+
+static void cpu_upload(qlt_backend *be, void *dst, const void *src, size_t n) {
+    if (!planning(be)) memcpy(dst, src, n);
+}
+static void cpu_download(qlt_backend *be, void *dst, const void *src, size_t n) {
+    if (planning(be)) memset(dst, 0, n);
+    else memcpy(dst, src, n);
+}
 static void cpu_sync(qlt_backend *be) {}
+
+/* ---- memory planning (backend.h) ---- */
+
+static void cpu_plan_begin(qlt_backend *be) {
+    qlt_cpu_impl *impl = be->impl;
+    QLT_ASSERT(!impl->plan.on);
+    impl->plan.on = 1;
+    impl->plan.live = impl->plan.peak = 0;
+    impl->plan.dequant_cap = impl->dequant_cap;
+    impl->plan.lora_work_floats = impl->lora_work_floats;
+}
+
+static size_t cpu_plan_end(qlt_backend *be) {
+    qlt_cpu_impl *impl = be->impl;
+    QLT_ASSERT(impl->plan.on);
+    impl->plan.on = 0;
+    return impl->plan.peak + sizeof(float) * (size_t)(impl->plan.dequant_cap - impl->dequant_cap) +
+           sizeof(float) * (size_t)(impl->plan.lora_work_floats - impl->lora_work_floats);
+}
 
 static void cpu_destroy(qlt_backend *be) {
     qlt_cpu_weights_release(be);
@@ -97,7 +137,9 @@ static int reference_mode(qlt_backend *be) { return ((qlt_cpu_impl *)be->impl)->
 
 /* ---- the ops that read no frozen weight: each mode's function ---- */
 
-static void cpu_zero(qlt_backend *be, void *p, size_t n) { memset(p, 0, n); }
+static void cpu_zero(qlt_backend *be, void *p, size_t n) {
+    if (!planning(be)) memset(p, 0, n);
+}
 
 static void cpu_embed(qlt_backend *be, void *x, const int32_t *ids, const qlt_weight *emb, int64_t n) {
     QLT_ASSERT(emb->format == QLT_WFORMAT_F32);
@@ -257,6 +299,7 @@ qlt_backend *qlt_backend_cpu_create(int threads, int reference) {
     set_threads(threads);
     qlt_backend *be = qlt_xcalloc(1, sizeof *be);
     be->name = "cpu";
+    snprintf(be->device_name, sizeof be->device_name, "this machine's RAM (CPU backend)");
     be->act_dtype = QLT_DTYPE_F32;
     be->backward_a = QLT_BACKWARD_A_FP32;
     qlt_cpu_impl *impl = qlt_xcalloc(1, sizeof(qlt_cpu_impl));
@@ -274,6 +317,8 @@ qlt_backend *qlt_backend_cpu_create(int threads, int reference) {
     be->profile_read = cpu_profile_read;
     be->peak_bytes = cpu_peak_bytes;
     be->live_bytes = cpu_live_bytes;
+    be->plan_begin = cpu_plan_begin;
+    be->plan_end = cpu_plan_end;
     be->dequant_cache_held = qlt_cpu_dequant_cache_held;
     be->available_bytes = cpu_available_bytes;
     be->gemm_peak_tflops = qlt_cpu_gemm_peak_tflops;

@@ -39,6 +39,11 @@ typedef struct qlt_cpu_impl {
     double mark;              /* time of the last phase mark */
     double ms[QLT_PHASE_COUNT];
     size_t live_bytes, peak_bytes;
+    struct {                  /* memory planning (backend.h plan_begin): counted, not allocated */
+        int on;
+        size_t live, peak;
+        int64_t dequant_cap, lora_work_floats; /* what the planned load would grow the scratches to */
+    } plan;
     qlt_cpu_gemm_shape shapes[QLT_CPU_GEMM_SHAPES]; /* [n_shapes] the linear ops' products since profile_on */
     int n_shapes, shapes_dropped;
     int fault;                /* QLT_FAULT_*: only the fault-injection hook records one on the CPU */

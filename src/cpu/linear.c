@@ -61,6 +61,10 @@ void qlt_cpu_lora_bwd_op(qlt_backend *be, const qlt_lora_site *sites, int k, flo
 int qlt_cpu_lora_group_prepare(qlt_backend *be, int k, int64_t in, const int64_t *outs, int r) {
     qlt_cpu_impl *impl = be->impl;
     const int64_t floats = 2 * (int64_t)k * r * in;
+    if (impl->plan.on) { /* note the size only (backend.h plan_begin) */
+        if (floats > impl->plan.lora_work_floats) impl->plan.lora_work_floats = floats;
+        return 0;
+    }
     if (floats > impl->lora_work_floats) {
         qlt_cpu_track(impl, -(int64_t)sizeof(float) * impl->lora_work_floats);
         impl->lora_work = qlt_xrealloc(impl->lora_work, sizeof(float) * (size_t)floats);

@@ -90,6 +90,10 @@ const float *qlt_cpu_weight_f32(qlt_backend *be, const qlt_weight *w) {
 /* Grows the dequantization scratch at load time (never inside a step). */
 static int reserve_dequant(qlt_backend *be, int64_t numel) {
     qlt_cpu_impl *impl = be->impl;
+    if (impl->plan.on) { /* note the size only */
+        if (numel > impl->plan.dequant_cap) impl->plan.dequant_cap = numel;
+        return 0;
+    }
     if (numel > impl->dequant_cap) {
         qlt_cpu_track(impl, -(int64_t)sizeof(float) * impl->dequant_cap);
         impl->dequant = qlt_xrealloc(impl->dequant, sizeof(float) * (size_t)numel);
@@ -105,15 +109,21 @@ int qlt_cpu_weight_create(qlt_backend *be, qlt_weight *w, const void *host, qlt_
     w->rows = rows;
     w->cols = cols;
     int64_t numel = rows * cols;
+    const int planning = ((qlt_cpu_impl *)be->impl)->plan.on; /* shapes and bytes only (backend.h plan_begin) */
     if (nf4_blocksize <= 0) { /* float32, converted straight into the weight's own memory */
         w->format = QLT_WFORMAT_F32;
         w->data = be->alloc(be, sizeof(float) * (size_t)numel);
         if (!w->data) return qlt_fail("out of host memory for a [%lld, %lld] weight", (long long)rows, (long long)cols);
-        qlt_convert_to_f32(w->data, host, dtype, (size_t)numel);
+        if (!planning) qlt_convert_to_f32(w->data, host, dtype, (size_t)numel);
         return 0;
     }
     QLT_TRY(qlt_nf4_check_blocksize(nf4_blocksize));
     w->format = QLT_WFORMAT_NF4;
+    if (planning) {
+        QLT_TRY(qlt_nf4_shape(&w->nf4, numel, nf4_blocksize, double_quant));
+        qlt_cpu_track(be->impl, nf4_host_bytes(&w->nf4));
+        return reserve_dequant(be, numel);
+    }
     QLT_TRY(qlt_nf4_alloc_host(&w->nf4, numel, nf4_blocksize, double_quant));
     qlt_cpu_track(be->impl, nf4_host_bytes(&w->nf4));
     /* float32 first: the stored tensor may sit unaligned in the mapped file */

@@ -62,6 +62,6 @@ void qlt_cuda_copy_rows(cudaStream_t s, bf16 *dst, int64_t ldd, const bf16 *src,
 }
 
 void qlt_cuda_zero(qlt_backend *be, void *p, size_t bytes) {
-    if (bytes == 0) return;
+    if (bytes == 0 || cuda_impl_of(be)->plan.on) return;
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_impl_of(be)->stream));
 }

@@ -39,7 +39,8 @@ template <int HD> struct att_cfg {
     static constexpr int BM_KV = HD >= 128 ? 32 : 64; /* query tile of the dK/dV kernel */
     static constexpr int BN_Q = HD >= 128 ? 32 : 64;  /* key tile of the dQ kernel */
     static constexpr int FWD_BM = 128;                /* query tile of the forward: 4 warps x 32 rows */
-    static constexpr size_t fwd_smem = (size_t)(FWD_BM + 4 * 64) * LD * sizeof(bf16); /* Q, K / V x 2 */
+    /* Q, then K and V a stage each (STAGES 2: 104 KiB at head_dim 128, above Ada's 99 KiB, where 1 stage runs) */
+    template <int STAGES> static constexpr size_t fwd_smem() { return (size_t)(FWD_BM + 2 * STAGES * 64) * LD * sizeof(bf16); }
     static constexpr size_t dq_smem = (size_t)4 * BN_Q * LD * sizeof(bf16);
     static constexpr size_t kv_smem = (size_t)(2 * 64 + 4 * BM_KV) * LD * sizeof(bf16) + 6 * BM_KV * sizeof(float);
 };
@@ -124,7 +125,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, 2) attn_fwd_kernel(bf16 *o
                                                                       int n_kv, float scale) {
     constexpr int BM = att_cfg<HD>::FWD_BM, BN = 64, LD = HD + 8, TILE = BN * LD;
     extern __shared__ __align__(16) unsigned char att_smem[];
-    bf16 *Qs = (bf16 *)att_smem, *Kbuf = Qs + BM * LD, *Vbuf = Kbuf + 2 * TILE; /* Q [BM][LD]; K, V [2][TILE] */
+    bf16 *Qs = (bf16 *)att_smem, *Kbuf = Qs + BM * LD, *Vbuf = Kbuf + STAGES * TILE; /* Q [BM][LD]; K, V [STAGES][TILE] */
     __shared__ int s_seg[BM];
 
     /* grid (heads, batch, query tiles): CTAs start in linear-index order, so every head's longest (last)
@@ -565,17 +566,21 @@ template <int HD, int STAGES>
 static void attn_fwd_launch(cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                             const int32_t *seg, int batch, int seq, int n_heads, int n_kv, float scale) {
     static bool attr = false;
-    const size_t smem = att_cfg<HD>::fwd_smem;
+    const size_t smem = att_cfg<HD>::template fwd_smem<STAGES>();
     attn_smem_attr(attn_fwd_kernel<HD, STAGES>, smem, &attr);
     dim3 grid(n_heads, batch, (seq + att_cfg<HD>::FWD_BM - 1) / att_cfg<HD>::FWD_BM);
     attn_fwd_kernel<HD, STAGES><<<grid, ATT_THREADS, smem, s>>>(out, lse, q, k, v, seg, seq, n_heads, n_kv, scale);
     CUDA_CHECK_LAUNCH();
 }
 
+/* two stages where the device's shared memory holds them, else one */
 template <int HD>
-static void attn_fwd_dispatch(cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                              const int32_t *seg, int batch, int seq, int n_heads, int n_kv, float scale) {
-    attn_fwd_launch<HD, 2>(s, out, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
+static void attn_fwd_dispatch(qlt_backend *be, cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k,
+                              const bf16 *v, const int32_t *seg, int batch, int seq, int n_heads, int n_kv, float scale) {
+    if (qlt_cuda_smem_fits(be, att_cfg<HD>::template fwd_smem<2>()))
+        attn_fwd_launch<HD, 2>(s, out, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
+    else
+        attn_fwd_launch<HD, 1>(s, out, lse, q, k, v, seg, batch, seq, n_heads, n_kv, scale);
 }
 
 /* cuDNN's fused attention takes a call when cuDNN is loaded and the run's rows hold at most
@@ -623,11 +628,11 @@ void qlt_cuda_attention_fwd(qlt_backend *be, void *out, float *lse, const void *
     bf16 *o = (bf16 *)out;
     const bf16 *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
     switch (head_dim) {
-    case 16: attn_fwd_dispatch<16>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
-    case 32: attn_fwd_dispatch<32>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
-    case 64: attn_fwd_dispatch<64>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
-    case 96: attn_fwd_dispatch<96>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
-    case 128: attn_fwd_dispatch<128>(s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 16: attn_fwd_dispatch<16>(be, s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 32: attn_fwd_dispatch<32>(be, s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 64: attn_fwd_dispatch<64>(be, s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 96: attn_fwd_dispatch<96>(be, s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
+    case 128: attn_fwd_dispatch<128>(be, s, o, lse, qq, kk, vv, seg_start, batch, seq, n_heads, n_kv_heads, scale); break;
     default: attn_bad_head_dim(head_dim);
     }
 }
@@ -670,7 +675,7 @@ static size_t attn_partials_bytes(int64_t n, int n_heads, int n_kv_heads, int he
 
 size_t qlt_cuda_attention_bwd_scratch_bytes(qlt_backend *be, int64_t n, int n_heads, int n_kv_heads, int head_dim) {
     size_t bytes = attn_partials_offset(n, n_heads) + attn_partials_bytes(n, n_heads, n_kv_heads, head_dim);
-    if (qlt_attn_bwd_fused_supported(head_dim)) bytes += qlt_attn_bwd_fused_acc_bytes(n, n_heads, head_dim);
+    if (qlt_attn_bwd_fused_supported(head_dim, be)) bytes += qlt_attn_bwd_fused_acc_bytes(n, n_heads, head_dim);
     return bytes;
 }
 
@@ -742,7 +747,7 @@ void qlt_cuda_attention_bwd(qlt_backend *be, void *dq, void *dk, void *dv, float
     const bf16 *d = (const bf16 *)dout, *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
     /* the one-pass backward (dQ by atomics; head dims 64 and 128) unless be->deterministic: it leaves GQA's dK / dV
      * as per-head partials that the group sum adds up */
-    if (qlt_attn_bwd_fused_supported(head_dim) && !be->deterministic) {
+    if (qlt_attn_bwd_fused_supported(head_dim, be) && !be->deterministic) {
         const int64_t n = (int64_t)batch * seq;
         char *part = (char *)scratch + attn_partials_offset(n, n_heads);
         bf16 *pdk = (bf16 *)part, *pdv = pdk + n * n_heads * head_dim;

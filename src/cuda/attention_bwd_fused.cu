@@ -264,7 +264,11 @@ static __global__ void attn_dq_convert_kernel(bf16 *dq, const float *acc, int64_
     }
 }
 
-bool qlt_attn_bwd_fused_supported(int head_dim) { return head_dim == 64 || head_dim == 128; }
+bool qlt_attn_bwd_fused_supported(int head_dim, qlt_backend *be) {
+    if (head_dim == 64) return qlt_cuda_smem_fits(be, fused_cfg<64>::smem);
+    if (head_dim == 128) return qlt_cuda_smem_fits(be, fused_cfg<128>::smem);
+    return false;
+}
 
 size_t qlt_attn_bwd_fused_acc_bytes(int64_t n, int n_heads, int head_dim) {
     return sizeof(float) * (size_t)n * (size_t)n_heads * (size_t)head_dim;

@@ -5,8 +5,9 @@
 
 #include "cuda/cuda_common.h"
 
-/* head_dim 64 and 128 */
-bool qlt_attn_bwd_fused_supported(int head_dim);
+/* head_dim 64 and 128, where the device's shared memory holds the kernel's tiles (173 KiB at 128: Hopper; 110 KiB at
+ * 64: Hopper and A100, not Ada) */
+bool qlt_attn_bwd_fused_supported(int head_dim, qlt_backend *be);
 
 /* bytes of the fp32 dQ accumulator [n, n_heads, head_dim] */
 size_t qlt_attn_bwd_fused_acc_bytes(int64_t n, int n_heads, int head_dim);

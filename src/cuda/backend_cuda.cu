@@ -72,13 +72,30 @@ static void cuda_fault_inject(qlt_backend *be, int sticky) {
 }
 
 static void track_add(cuda_impl *impl, size_t bytes) {
-    impl->mem_current += bytes;
-    if (impl->mem_current > impl->mem_peak) impl->mem_peak = impl->mem_current;
+    size_t *current = impl->plan.on ? &impl->plan.live : &impl->mem_current;
+    size_t *peak = impl->plan.on ? &impl->plan.peak : &impl->mem_peak;
+    *current += bytes;
+    if (*current > *peak) *peak = *current;
 }
+
+static void track_sub(cuda_impl *impl, size_t bytes) {
+    if (impl->plan.on) impl->plan.live -= bytes;
+    else impl->mem_current -= bytes;
+}
+
+/* Planning hands out addresses from here up, 256-byte aligned like cudaMalloc's; nothing is ever mapped there
+ * by this backend, and they are never dereferenced (the planning pass runs no op). */
+#define PLAN_FAKE_BASE ((uintptr_t)1 << 44)
 
 void *qlt_cuda_alloc_tracked(qlt_backend *be, size_t bytes) {
     cuda_impl *impl = cuda_impl_of(be);
     void *p = NULL;
+    if (impl->plan.on) {
+        p = (void *)impl->plan.next;
+        impl->plan.next += (bytes + 511) & ~(size_t)255;
+        track_add(impl, bytes);
+        return p;
+    }
     if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
         (void)cudaGetLastError(); /* clear the sticky-free error state */
         return NULL;
@@ -90,12 +107,17 @@ void *qlt_cuda_alloc_tracked(qlt_backend *be, size_t bytes) {
 void qlt_cuda_track(qlt_backend *be, int64_t bytes) {
     cuda_impl *impl = cuda_impl_of(be);
     if (bytes >= 0) track_add(impl, (size_t)bytes);
-    else impl->mem_current -= (size_t)(-bytes);
+    else track_sub(impl, (size_t)(-bytes));
 }
 
 void qlt_cuda_free_tracked(qlt_backend *be, void *p, size_t bytes) {
     if (!p) return;
     cuda_impl *impl = cuda_impl_of(be);
+    if (impl->plan.on) {
+        QLT_ASSERT((uintptr_t)p >= PLAN_FAKE_BASE); /* a real buffer is never freed while planning */
+        track_sub(impl, bytes);
+        return;
+    }
     CUDA_CHECK(cudaFree(p));
     impl->mem_current -= bytes;
 }
@@ -138,6 +160,7 @@ static void cuda_free(qlt_backend *be, void *p) {
 
 static void cuda_upload(qlt_backend *be, void *dst, const void *src, size_t n) {
     cuda_impl *impl = cuda_impl_of(be);
+    if (impl->plan.on) return;
     /* stream-ordered with the ops; the host buffer may be reused by the caller right after return */
     CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, impl->stream));
     CUDA_CHECK(cudaStreamSynchronize(impl->stream));
@@ -145,11 +168,34 @@ static void cuda_upload(qlt_backend *be, void *dst, const void *src, size_t n) {
 
 static void cuda_download(qlt_backend *be, void *dst, const void *src, size_t n) {
     cuda_impl *impl = cuda_impl_of(be);
+    if (impl->plan.on) {
+        memset(dst, 0, n);
+        return;
+    }
     CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, impl->stream));
     CUDA_CHECK(cudaStreamSynchronize(impl->stream));
 }
 
-static void cuda_sync(qlt_backend *be) { CUDA_CHECK(cudaStreamSynchronize(cuda_impl_of(be)->stream)); }
+static void cuda_sync(qlt_backend *be) {
+    if (!cuda_impl_of(be)->plan.on) CUDA_CHECK(cudaStreamSynchronize(cuda_impl_of(be)->stream));
+}
+
+/* ---- memory planning (backend.h) ---- */
+
+static void cuda_plan_begin(qlt_backend *be) {
+    cuda_impl *impl = cuda_impl_of(be);
+    QLT_ASSERT(!impl->plan.on);
+    impl->plan = (cuda_plan){1, PLAN_FAKE_BASE, 0, 0, impl->dequant_elems, impl->lora_ws_bytes, impl->lora_acc_bytes};
+}
+
+static size_t cuda_plan_end(qlt_backend *be) {
+    cuda_impl *impl = cuda_impl_of(be);
+    QLT_ASSERT(impl->plan.on);
+    cuda_plan p = impl->plan;
+    impl->plan.on = 0;
+    return p.peak + sizeof(bf16) * (size_t)(p.dequant_elems - impl->dequant_elems) +
+           (p.lora_ws_bytes - impl->lora_ws_bytes) + (p.lora_acc_bytes - impl->lora_acc_bytes);
+}
 
 /* ---- asynchronous transfers, events and graphs ---- */
 
@@ -334,6 +380,15 @@ static void cuda_profile_read(qlt_backend *be, double ms[QLT_PHASE_COUNT]) {
 static size_t cuda_peak_bytes(qlt_backend *be) { return qlt_cuda_peak_memory(be); }
 static size_t cuda_live_bytes(qlt_backend *be) { return cuda_impl_of(be)->mem_current; }
 
+static size_t cuda_device_used_bytes(qlt_backend *be) {
+    size_t free_b = 0, total = 0;
+    if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return total - free_b;
+}
+
 static size_t cuda_available_bytes(qlt_backend *be) {
     size_t free_b = 0, total = 0;
     if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
@@ -405,6 +460,40 @@ extern "C" int qlt_cuda_device_count(void) {
     return count;
 }
 
+/* The largest dynamic shared memory a block may opt into on compute capability major.minor (CUDA programming
+ * guide, "Technical Specifications per Compute Capability"); 0 for one not listed. */
+static size_t smem_optin_of(int major, int minor) {
+    if (major == 8 && minor == 0) return 163 * 1024;
+    if (major == 8 && minor == 7) return 163 * 1024;
+    if (major == 8 && (minor == 6 || minor == 9)) return 99 * 1024;
+    if (major == 9 && minor == 0) return 227 * 1024;
+    return 0;
+}
+
+/* The compute capability the kernels are chosen for: the device's own, or QLT_CUDA_CAPABILITY's (a debugging
+ * override that may only lower it, so that an Ampere or Ada GPU's limits are tested on a Hopper). */
+static int apply_capability_override(cuda_impl *impl, const cudaDeviceProp *prop) {
+    impl->cc_major = prop->major;
+    impl->cc_minor = prop->minor;
+    impl->smem_optin = prop->sharedMemPerBlockOptin;
+    const char *text = qlt_env(QLT_ENV_CUDA_CAPABILITY);
+    if (!text) return 0;
+    int major = 0, minor = 0, used = 0;
+    size_t limit = 0;
+    if (sscanf(text, "%d.%d%n", &major, &minor, &used) != 2 || text[used] || !(limit = smem_optin_of(major, minor)))
+        return qlt_fail("QLT_CUDA_CAPABILITY=%s: expected 8.0, 8.6, 8.7, 8.9 or 9.0 (or unset it)", text);
+    if (major * 10 + minor > prop->major * 10 + prop->minor)
+        return qlt_fail("QLT_CUDA_CAPABILITY=%s is above the device's own compute capability %d.%d (%s): it can only "
+                        "lower it", text, prop->major, prop->minor, prop->name);
+    impl->cc_major = major;
+    impl->cc_minor = minor;
+    if (limit < impl->smem_optin) impl->smem_optin = limit;
+    fprintf(stderr, "qlora-train: CUDA kernels chosen as on compute capability %d.%d (QLT_CUDA_CAPABILITY; %s is %d.%d): "
+            "%zu KiB of shared memory a block\n", major, minor, prop->name, prop->major, prop->minor,
+            impl->smem_optin / 1024);
+    return 0;
+}
+
 extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
@@ -436,10 +525,15 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->impl = box; /* box starts with impl: cuda_impl_of works */
     g_fault.be = be;
     be->name = "cuda";
+    snprintf(be->device_name, sizeof be->device_name, "%s (CUDA device %d)", prop.name, device_index);
     be->act_dtype = QLT_DTYPE_BF16;
     be->backward_a = QLT_BACKWARD_A_BF16;
     impl->device = device_index;
     impl->n_sm = prop.multiProcessorCount;
+    if (apply_capability_override(impl, &prop) != 0) {
+        cuda_destroy(be);
+        return NULL;
+    }
     const char *dudb = qlt_env(QLT_ENV_LORA_DUDB);
     impl->lora_dudb = dudb ? atoi(dudb) : 1;
     CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
@@ -493,8 +587,11 @@ extern "C" qlt_backend *qlt_backend_cuda_create(int device_index) {
     be->profile_read = cuda_profile_read;
     be->peak_bytes = cuda_peak_bytes;
     be->live_bytes = cuda_live_bytes;
+    be->plan_begin = cuda_plan_begin;
+    be->plan_end = cuda_plan_end;
     be->dequant_cache_held = qlt_cuda_cache_bytes;
     be->available_bytes = cuda_available_bytes;
+    be->device_used_bytes = cuda_device_used_bytes;
     be->gemm_peak_tflops = cuda_gemm_peak_tflops;
     be->clock_monitor = cuda_clock_monitor;
     be->host_alloc = cuda_host_alloc;

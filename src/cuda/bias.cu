@@ -64,6 +64,10 @@ static lt_bias_plan *bias_plan(cuda_impl *impl, int64_t n, int64_t rows, int64_t
 
 int qlt_cuda_bias_prepare(qlt_backend *be, const float *bias, int64_t n) {
     cuda_impl *impl = cuda_impl_of(be);
+    if (impl->plan.on) { /* counted, kept for the plan's lifetime */
+        qlt_cuda_track(be, (int64_t)(sizeof(bf16) * (size_t)n));
+        return 0;
+    }
     if (impl->n_bias_copies == impl->cap_bias_copies) {
         int cap = impl->cap_bias_copies ? 2 * impl->cap_bias_copies : 64;
         impl->bias_copies = (cuda_bias_copy *)qlt_xrealloc(impl->bias_copies, sizeof(cuda_bias_copy) * (size_t)cap);

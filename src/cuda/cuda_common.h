@@ -58,9 +58,20 @@ typedef struct cuda_bias_copy {
     int64_t n;
 } cuda_bias_copy;
 
+/* Memory planning (backend.h, plan_begin / plan_end): allocations are counted, never made. */
+typedef struct cuda_plan {
+    int on;
+    uintptr_t next;              /* the next fake address handed out */
+    size_t live, peak;           /* bytes "allocated" while planning: now, and at most */
+    int64_t dequant_elems;       /* the dequantization scratch the planned load would grow to */
+    size_t lora_ws_bytes, lora_acc_bytes; /* the LoRA workspaces likewise */
+} cuda_plan;
+
 typedef struct cuda_impl {
     int device;
     int n_sm;
+    int cc_major, cc_minor; /* compute capability the kernels are chosen for (QLT_CUDA_CAPABILITY may lower it) */
+    size_t smem_optin;      /* dynamic shared memory a block may opt into on that capability, bytes */
     cudaStream_t stream;
     cublasHandle_t blas;
     cublasLtHandle_t lt;
@@ -77,6 +88,7 @@ typedef struct cuda_impl {
     bf16 *dequant;         /* NF4 dequantization scratch, [dequant_elems] (grown in weight_create only) */
     int64_t dequant_elems;
     size_t mem_current, mem_peak; /* bytes through alloc + weights + workspaces */
+    cuda_plan plan;
     /* profiling (bench): an event at every phase change; elapsed times summed per phase on read */
     int profiling;
     qlt_phase phase;
@@ -97,6 +109,10 @@ typedef struct cuda_impl {
 #define QLT_CUDA_PROFILE_EVENTS 8192
 
 static inline cuda_impl *cuda_impl_of(qlt_backend *be) { return (cuda_impl *)be->impl; }
+
+/* 1 when a kernel asking for `bytes` of dynamic shared memory can launch on this device (as the capability it
+ * behaves as): launchers whose fastest tiling does not fit pick a smaller one. */
+static inline int qlt_cuda_smem_fits(qlt_backend *be, size_t bytes) { return bytes <= cuda_impl_of(be)->smem_optin; }
 
 /* Eight bf16 values as one 16-byte word <-> fp32 (the vectorized elementwise and norm kernels). */
 static __device__ __forceinline__ void qlt_bf16x8_unpack(uint4 raw, float f[8]) {

@@ -179,8 +179,13 @@ static int64_t acc_tokens(const cuda_impl *impl, int64_t width, int64_t n) {
 
 /* Grows a workspace to at least `need` bytes (load time: synchronizes, reallocates). */
 static int grow(qlt_backend *be, void **p, size_t *bytes, size_t need, const char *what) {
-    if (need <= *bytes) return 0;
     cuda_impl *impl = cuda_impl_of(be);
+    if (impl->plan.on) { /* note the size only */
+        size_t *want = p == &impl->lora_ws ? &impl->plan.lora_ws_bytes : &impl->plan.lora_acc_bytes;
+        if (need > *want) *want = need;
+        return 0;
+    }
+    if (need <= *bytes) return 0;
     CUDA_CHECK(cudaStreamSynchronize(impl->stream));
     qlt_cuda_free_tracked(be, *p, *bytes);
     *p = qlt_cuda_alloc_tracked(be, need);

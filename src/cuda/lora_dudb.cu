@@ -251,6 +251,17 @@ static __global__ void dudb_reduce_kernel(dudb_args a, int r, int tbs, float *du
     }
 }
 
+/* The tiling launch() below uses for rank r fits the device's shared memory (from 176 KiB at rank 8 to 238 KiB at
+ * rank 64: Hopper only; elsewhere, and at rank 64, the two cuBLAS GEMMs run). */
+static bool dudb_smem_fits(qlt_backend *be, int r) {
+    switch (r) {
+    case 8: return qlt_cuda_smem_fits(be, dudb_shape<8, 4, 2>::BYTES);
+    case 16: return qlt_cuda_smem_fits(be, dudb_shape<16, 4, 2>::BYTES);
+    case 32: return qlt_cuda_smem_fits(be, dudb_shape<32, 2, 3>::BYTES);
+    default: return qlt_cuda_smem_fits(be, dudb_shape<64, 2, 2>::BYTES);
+    }
+}
+
 template <int R, int MT, int ST> static void launch(cudaStream_t s, const dudb_args &a, dim3 grid) {
     static bool attr_done = false;
     attn_smem_attr(lora_dudb_kernel<R, MT, ST>, dudb_shape<R, MT, ST>::BYTES, &attr_done);
@@ -272,7 +283,7 @@ bool qlt_cuda_lora_dudb_fits(const qlt_lora_site *sites, int k, int r) {
 bool qlt_cuda_lora_dudb(qlt_backend *be, const qlt_lora_site *sites, int k, const bf16 *const *b3, float *du,
                         bf16 *tok, int64_t ld_tok, const float *u, int64_t n, int r, float scale) {
     cuda_impl *impl = cuda_impl_of(be);
-    if (!qlt_cuda_lora_dudb_fits(sites, k, r) || ((uintptr_t)u & 15)) return false;
+    if (!qlt_cuda_lora_dudb_fits(sites, k, r) || ((uintptr_t)u & 15) || !dudb_smem_fits(be, r)) return false;
     const int tm = tokens_per_cta(r);
     dudb_args a;
     memset(&a, 0, sizeof a);

@@ -75,6 +75,7 @@ static bool key_holds(const stack_key *a, const qlt_weight *w) {
 }
 
 void qlt_cuda_cache_announce(qlt_backend *be, const qlt_weight *const *w, int k, int64_t extra_cols) {
+    if (cuda_impl_of(be)->plan.on) return; /* planned weights are not cached */
     qlt_cuda_weight_cache *c = cache_of(be);
     for (int i = 0; i < c->n_extras; i++)
         if (same_stack(&c->extras[i].key, w, k)) {

@@ -26,6 +26,10 @@ static size_t nf4_device_bytes(const qlt_nf4 *q) {
 /* Grows the dequantization scratch to numel bf16 values (load time only, never inside a step). */
 int qlt_cuda_reserve_dequant(qlt_backend *be, int64_t numel) {
     cuda_impl *impl = cuda_impl_of(be);
+    if (impl->plan.on) { /* note the size only */
+        if (numel > impl->plan.dequant_elems) impl->plan.dequant_elems = numel;
+        return 0;
+    }
     if (numel <= impl->dequant_elems) return 0;
     CUDA_CHECK(cudaStreamSynchronize(impl->stream));
     qlt_cuda_free_tracked(be, impl->dequant, sizeof(bf16) * (size_t)impl->dequant_elems);
@@ -58,12 +62,32 @@ int qlt_cuda_weight_from_nf4(qlt_backend *be, qlt_weight *w, qlt_nf4 *host, int6
     return nf4_adopt(be, w, &dq);
 }
 
+/* Planning: the weight's shape and format, its bytes counted (and the staging of an NF4 quantization, briefly),
+ * nothing read or made. */
+static int plan_weight_create(qlt_backend *be, qlt_weight *w, qlt_dtype dtype, int nf4_blocksize, int double_quant) {
+    const int64_t numel = w->rows * w->cols;
+    if (nf4_blocksize > 0) {
+        QLT_TRY(qlt_nf4_check_blocksize(nf4_blocksize));
+        size_t staging = (size_t)numel * qlt_dtype_size(dtype) + qlt_cuda_nf4_quantize_workspace(numel, nf4_blocksize,
+                                                                                                 double_quant);
+        qlt_cuda_track(be, (int64_t)staging);
+        qlt_cuda_track(be, -(int64_t)staging);
+        qlt_nf4 shape;
+        QLT_TRY(qlt_nf4_shape(&shape, numel, nf4_blocksize, double_quant));
+        return nf4_adopt(be, w, &shape);
+    }
+    w->format = QLT_WFORMAT_BF16;
+    w->data = qlt_cuda_alloc_tracked(be, sizeof(bf16) * (size_t)numel);
+    return 0;
+}
+
 int qlt_cuda_weight_create(qlt_backend *be, qlt_weight *w, const void *host, qlt_dtype dtype, int64_t rows,
                            int64_t cols, int nf4_blocksize, int double_quant) {
     cuda_impl *impl = cuda_impl_of(be);
     memset(w, 0, sizeof *w);
     w->rows = rows;
     w->cols = cols;
+    if (impl->plan.on) return plan_weight_create(be, w, dtype, nf4_blocksize, double_quant);
     int64_t numel = rows * cols;
     if (nf4_blocksize > 0) {
         /* the source tensor goes to the device as stored; the quantizer there writes the same bytes as
@@ -130,7 +154,7 @@ void qlt_cuda_weight_free(qlt_backend *be, qlt_weight *w) {
     qlt_cuda_cache_drop(be, w);
     if (w->format == QLT_WFORMAT_NF4) {
         qlt_cuda_track(be, -(int64_t)nf4_device_bytes(&w->nf4));
-        qlt_cuda_nf4_free(&w->nf4);
+        if (!impl->plan.on) qlt_cuda_nf4_free(&w->nf4);
     } else if (w->data) {
         qlt_cuda_free_tracked(be, w->data, qlt_dtype_size(w->format == QLT_WFORMAT_F32 ? QLT_DTYPE_F32 : QLT_DTYPE_BF16) *
                                                (size_t)(w->rows * w->cols));

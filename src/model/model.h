@@ -49,6 +49,8 @@ typedef struct qlt_model_load_opts {
     int nf4;            /* quantize linear layers to NF4 */
     int nf4_blocksize;  /* 64 */
     int double_quant;   /* 1 */
+    int shapes_only;    /* qlt_model_init_random: no values generated, weight_create given no host data (a
+                           backend in planning mode, src/train/memory_plan.c) */
 } qlt_model_load_opts;
 
 /* Loads dir (config.json + safetensors) onto be; a path that is a file is read as GGUF. */
@@ -70,6 +72,10 @@ char *qlt_model_dir_of(const char *path);
 /* A model of the given architecture with random weights (std 0.02, norms 1), no files needed. */
 int qlt_model_init_random(qlt_model *m, qlt_backend *be, const qlt_model_config *cfg, uint64_t seed,
                           const qlt_model_load_opts *opts);
+/* The model model.path names (a directory, a .gguf file or random:CONFIG.json) as shapes and formats only, on a
+ * backend in planning mode (backend.h plan_begin): its config read, nothing else (model_shapes.c). A bitsandbytes
+ * 4-bit checkpoint is NF4 whatever opts says. 0 or -1 with qlt_fail naming the file. */
+int qlt_model_init_shapes(qlt_model *m, qlt_backend *be, const char *path, const qlt_model_load_opts *opts);
 void qlt_model_free(qlt_model *m);
 
 #endif

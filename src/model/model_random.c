@@ -22,9 +22,11 @@ static void fill_random(float *x, int64_t n, float std, uint64_t seed) {
     }
 }
 
+/* host NULL: shapes only (no values; the backend is planning) */
 static int random_matrix(qlt_model *m, qlt_weight *w, int64_t rows, int64_t cols, int blocksize, int dq, qlt_rng *rng,
                          float *host) {
-    fill_random(host, rows * cols, 0.02f, qlt_rng_next(rng));
+    uint64_t seed = qlt_rng_next(rng);
+    if (host) fill_random(host, rows * cols, 0.02f, seed);
     return m->be->weight_create(m->be, w, host, QLT_DTYPE_F32, rows, cols, blocksize, dq);
 }
 
@@ -53,7 +55,7 @@ int qlt_model_init_random(qlt_model *m, qlt_backend *be, const qlt_model_config 
         qlt_model_proj_shape(c, p, &rows, &cols);
         if (rows * cols > biggest) biggest = rows * cols;
     }
-    float *host = qlt_xmalloc(sizeof(float) * (size_t)biggest);
+    float *host = opts && opts->shapes_only ? NULL : qlt_xmalloc(sizeof(float) * (size_t)biggest);
     qlt_rng rng;
     qlt_rng_seed(&rng, seed);
     int rc = -1;

@@ -145,20 +145,25 @@ int64_t qlt_nf4_bytes(int64_t numel, int blocksize, int double_quant) {
     return bytes;
 }
 
-int qlt_nf4_alloc_host(qlt_nf4 *q, int64_t numel, int blocksize, int double_quant) {
+int qlt_nf4_shape(qlt_nf4 *q, int64_t numel, int blocksize, int double_quant) {
     memset(q, 0, sizeof *q);
     QLT_TRY(qlt_nf4_check_blocksize(blocksize));
     if (numel <= 0) return qlt_fail("NF4: cannot quantize a tensor of %lld values", (long long)numel);
     q->numel = numel;
     q->blocksize = blocksize;
     q->nblocks = ceil_div(numel, blocksize);
+    q->double_quant = double_quant ? 1 : 0;
+    q->nested_blocksize = QLT_NF4_NESTED_BLOCKSIZE;
+    if (q->double_quant) q->nested_nblocks = ceil_div(q->nblocks, QLT_NF4_NESTED_BLOCKSIZE);
+    return 0;
+}
+
+int qlt_nf4_alloc_host(qlt_nf4 *q, int64_t numel, int blocksize, int double_quant) {
+    QLT_TRY(qlt_nf4_shape(q, numel, blocksize, double_quant));
     q->codes = qlt_xmalloc((size_t)ceil_div(numel, 2));
     q->code = qlt_xmalloc(16 * sizeof(float));
     memcpy(q->code, qlt_nf4_codebook, sizeof qlt_nf4_codebook);
-    q->double_quant = double_quant ? 1 : 0;
-    q->nested_blocksize = QLT_NF4_NESTED_BLOCKSIZE;
     if (q->double_quant) {
-        q->nested_nblocks = ceil_div(q->nblocks, QLT_NF4_NESTED_BLOCKSIZE);
         q->absmax_q = qlt_xmalloc((size_t)q->nblocks);
         q->nested_absmax = qlt_xmalloc((size_t)q->nested_nblocks * sizeof(float));
         q->nested_code = qlt_xmalloc(256 * sizeof(float));

@@ -68,6 +68,8 @@ int64_t qlt_nf4_bytes(int64_t numel, int blocksize, int double_quant);
  * q->code with the NF4 codebook and q->nested_code with the dynamic map. Returns 0, or -1 with qlt_fail
  * for a bad blocksize / numel. */
 int qlt_nf4_alloc_host(qlt_nf4 *q, int64_t numel, int blocksize, int double_quant);
+/* The sizes of such a tensor (numel, blocks, nested blocks), no arrays: what memory planning counts. */
+int qlt_nf4_shape(qlt_nf4 *q, int64_t numel, int blocksize, int double_quant);
 void qlt_nf4_free_host(qlt_nf4 *q);
 
 /* Quantizes numel float32 values into q (allocated by qlt_nf4_alloc_host for that numel). With double

@@ -147,8 +147,7 @@ static void plan_pass(qlt_trainer *t, int checkpointing, int plan_id) {
     if (o.train) qlt_graph_backward(&t->graph);
 }
 
-/* Activation bytes a training micro-step needs with or without checkpointing (nothing allocated). */
-static size_t measure_plan(qlt_trainer *t, int checkpointing, int plan_id) {
+size_t qlt_trainer_measure_plan(qlt_trainer *t, int checkpointing, int plan_id) {
     qlt_graph_free(&t->graph);
     qlt_graph_free(&t->recompute);
     qlt_graph_init(&t->graph, t->be, 1);     /* lifetime-planned: buffers share memory when they can */
@@ -163,11 +162,11 @@ static int plan_graph(qlt_trainer *t, qlt_trainer_mode mode) {
     qlt_grad_checkpoint ckpt_mode = t->cfg->train.grad_checkpoint;
     int ckpt = ckpt_mode == QLT_GRAD_CHECKPOINT_LAYER;
     int first = mode == QLT_TRAINER_TRAIN ? QLT_PLAN_TRAIN : QLT_PLAN_EVAL;
-    size_t need = measure_plan(t, ckpt, first);
+    size_t need = qlt_trainer_measure_plan(t, ckpt, first);
     if (ckpt_mode == QLT_GRAD_CHECKPOINT_AUTO && !ckpt) {
         size_t avail = t->be->available_bytes ? t->be->available_bytes(t->be) : 0;
         if (avail && need > avail / 10 * 9) { /* keep 10% for the libraries' workspaces */
-            size_t with = measure_plan(t, 1, first);
+            size_t with = qlt_trainer_measure_plan(t, 1, first);
             fprintf(stderr, "qlora-train: activations need %.2f GiB, %.2f GiB free: layer checkpointing (%.2f GiB)\n",
                     need / 1073741824.0, avail / 1073741824.0, with / 1073741824.0);
             ckpt = 1;
@@ -291,6 +290,7 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         open_sample_tokenizer(t) != 0)
         goto fail;
     if (qlt_check_input_files(cfg, mode == QLT_TRAINER_TRAIN) != 0) goto fail; /* fails fast, before the model loads */
+    if (qlt_memory_plan_check(&t->mem_plan, cfg, t->be, mode == QLT_TRAINER_TRAIN) != 0) goto fail;
     double load_start = qlt_now_seconds();
     if (load_model_and_adapter(t, mode) != 0) goto fail;
     if (qlt_model_window_matters(&t->model.cfg, t->seq) && strcmp(t->be->name, "cpu") != 0) {
@@ -301,6 +301,11 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
     }
     fprintf(stderr, "qlora-train: model loaded in %.2f s (%s%s)\n", qlt_now_seconds() - load_start, t->model.cfg.arch_name,
             t->model.quantized ? ", NF4" : "");
+    if (t->mem_plan.total > 0) { /* made before the load (qlt_memory_plan_check) */
+        char plan[512];
+        qlt_memory_plan_describe(&t->mem_plan, plan, sizeof plan);
+        fprintf(stderr, "qlora-train: memory plan: %s\n", plan);
+    }
     if (load_datasets(t, mode) != 0) goto fail;
     {   /* lets the backend drop packed-example masking where no batch needs it (CUDA: cuDNN's attention) */
         int train_most = qlt_dataset_max_row_examples(&t->train), eval_most = qlt_dataset_max_row_examples(&t->eval);

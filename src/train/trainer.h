@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "optim/schedule.h"
 #include "train/batch.h"
+#include "train/memory_plan.h"
 #include "train/run_control.h"
 
 typedef struct qlt_step_metrics {
@@ -54,6 +55,7 @@ typedef struct qlt_trainer {
     qlt_graph graph;
     qlt_graph recompute;     /* gradient checkpointing: one layer's activations at a time */
     int checkpointing;       /* train.grad_checkpoint resolved: 1 = layer */
+    qlt_memory_plan mem_plan; /* made before loading (total 0: the backend does not plan) */
     int attention_plan;      /* which attention runs: QLT_ATTENTION_* (backend.h) */
     qlt_batch_buffers *bbs;     /* [n_bbs]: one per micro-batch in graph mode, else one */
     int n_bbs;
@@ -118,5 +120,9 @@ int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, in
 /* The whole run: resume (NULL, "auto" or a dir), steps, metrics, checkpoints, final adapter. */
 int qlt_trainer_run(qlt_trainer *t, const char *resume);
 void qlt_trainer_free(qlt_trainer *t);
+/* Activation bytes a pass of plan_id (QLT_PLAN_TRAIN: a training micro-step, QLT_PLAN_EVAL: a forward) needs with or
+ * without layer checkpointing: a planning pass over t->model, t->lora and t->bbs[0] into t->graph and
+ * t->recompute (re-initialized; nothing allocated). Also what the memory plan (memory_plan.c) measures. */
+size_t qlt_trainer_measure_plan(qlt_trainer *t, int checkpointing, int plan_id);
 
 #endif

@@ -37,7 +37,7 @@ Test(cli_dry_run, reports_config_sources_data_memory_and_writes_nothing) {
     cr_expect(strstr(out, "  train 40 examples -> "), "the data: %s", out);
     cr_expect(strstr(out, "examples truncated") && strstr(out, "packing efficiency"), "%s", out);
     cr_expect(strstr(out, "weights (frozen, NF4)") && strstr(out, "LoRA + AdamW state") &&
-                  strstr(out, "activation arena") && strstr(out, "  total "),
+                  strstr(out, "activations (") && strstr(out, "  total "),
               "the memory plan: %s", out);
     cr_expect(strstr(out, "step time: ") && strstr(out, "one step timed on the cpu backend"), "%s", out);
     char *run = cli_path(dir, "run");
