@@ -199,6 +199,9 @@ static const qlt_cfg_entry schema[] = {
     BOOL_KEY("train.cpu_reference", train.cpu_reference, "false", "cpu_reference_ops",
              "CPU path: the reference ops (sums in double, scalar; what the float64 golden tests check, several "
              "times slower) instead of the default float32 ops through OpenBLAS"),
+    FLOAT_KEY("train.dist_timeout_s", train.dist_timeout_s, "600", "(0, inf)", "ddp_timeout",
+              "data parallel (docs/DISTRIBUTED.md): seconds the ranks wait for each other at the rendezvous and for a "
+              "gradient all-reduce before the job ends with an error naming the rank"),
 
     STRING_KEY("output.dir", output.dir, "runs/demo", "output_dir|out_dir",
                "run directory: the effective config, logs, checkpoints and the final adapter"),
