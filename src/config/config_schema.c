@@ -131,7 +131,8 @@ static const qlt_cfg_entry schema[] = {
             "sequences per forward/backward pass"),
     INT_KEY("train.grad_accum", train.grad_accum, "1", "[1, inf)",
             "gradient_accumulation_steps|gradient_accumulation",
-            "micro-batches per optimizer step (effective batch = micro_batch * grad_accum)"),
+            "micro-batches per optimizer step (effective batch = micro_batch * grad_accum, times the ranks of a data "
+            "parallel run)"),
     INT64_KEY("train.max_steps", train.max_steps, "0", "[0, inf)", "steps|num_steps|total_steps",
               "optimizer steps to run; 0 = run train.epochs"),
     FLOAT_KEY("train.epochs", train.epochs, "1", "[0, inf)", "num_train_epochs|num_epochs",
