@@ -67,25 +67,6 @@ static int gpus_option(int argc, char **argv, char **rest, int *argc_rest) {
 }
 
 int qlt_cmd_train(int argc, char **argv) {
-    {   /* --gpus N: this command again as N ranks (src/dist/launcher.c) */
-        char **rest = qlt_xcalloc((size_t)argc + 2, sizeof *rest);
-        int argc_rest = 0, gpus = gpus_option(argc, argv, rest + 1, &argc_rest);
-        int dry_or_help = 0;
-        for (int i = 1; i < argc; i++)
-            dry_or_help |= !strcmp(argv[i], "--dry-run") || !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
-        if (gpus < 0) {
-            free(rest);
-            return qlt_cli_report_error();
-        }
-        if (gpus > 1 && !dry_or_help) {
-            rest[0] = (char *)"qlora-train";
-            int status = qlt_launch_ranks(argc_rest + 1, rest, gpus, 30.0);
-            free(rest);
-            if (status == 1) return qlt_cli_report_error();
-            return status;
-        }
-        free(rest);
-    }
     qlt_cli_args args;
     qlt_config cfg;
     if (qlt_cli_load_config("train", argc, argv, qlt_train_options, &args, &cfg) != 0) {
@@ -101,6 +82,22 @@ int qlt_cmd_train(int argc, char **argv) {
         qlt_fail("train: unexpected argument '%s' (see `qlora-train train --help`)", args.positional[0]);
         qlt_config_free(&cfg);
         return qlt_cli_report_error();
+    }
+    if (!args.dry_run) { /* --gpus N: this command again as N ranks (src/dist/launcher.c), the config checked once */
+        char **rest = qlt_xcalloc((size_t)argc + 2, sizeof *rest);
+        int argc_rest = 0, gpus = gpus_option(argc, argv, rest + 1, &argc_rest);
+        if (gpus > 1) {
+            qlt_config_free(&cfg);
+            rest[0] = (char *)"qlora-train";
+            int status = qlt_launch_ranks(argc_rest + 1, rest, gpus, 30.0);
+            free(rest);
+            return status == 1 ? qlt_cli_report_error() : status;
+        }
+        free(rest);
+        if (gpus < 0) {
+            qlt_config_free(&cfg);
+            return qlt_cli_report_error();
+        }
     }
     if (args.dry_run) {
         int dry = qlt_cli_dry_run(&cfg, args.config_path);
@@ -124,6 +121,9 @@ int qlt_cmd_train(int argc, char **argv) {
         if (rc == 0) rc = qlt_config_write_json(&cfg, cfg_path);
         free(cfg_path);
     }
+    /* data parallel: a rank 0 that cannot claim output.dir stops every rank, not only itself */
+    if (t.dist_world > 1 && qlt_dp_any(&t, rc != 0) && rc == 0)
+        rc = qlt_fail("rank %d: rank 0 could not set up output.dir %s (its error says why)", t.dist_rank, cfg.output.dir);
     if (rc == 0) rc = qlt_trainer_run(&t, args.resume);
     if (rc != 0) qlt_cli_report_error();
     int status = rc == 0 ? qlt_run_exit_status(&t) : 1; /* 130 / 143: stopped by SIGINT / SIGTERM */
