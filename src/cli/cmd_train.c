@@ -8,6 +8,7 @@
 #include "cli/dry_run.h"
 #include "common/error.h"
 #include "common/fileutil.h"
+#include "dist/comm.h"
 #include "dist/launcher.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
@@ -123,9 +124,12 @@ int qlt_cmd_train(int argc, char **argv) {
     }
     /* data parallel: a rank 0 that cannot claim output.dir stops every rank, not only itself */
     if (t.dist_world > 1 && qlt_dp_any(&t, rc != 0) && rc == 0)
-        rc = qlt_fail("rank %d: rank 0 could not set up output.dir %s (its error says why)", t.dist_rank, cfg.output.dir);
+        rc = qlt_fail("rank %d: rank 0 could not set up output.dir %s (its error says why)", t.dist_rank,
+                      cfg.output.dir);
     if (rc == 0) rc = qlt_trainer_run(&t, args.resume);
     if (rc != 0) qlt_cli_report_error();
+    /* data parallel: a failed rank ends the whole job at once (the others may be waiting in a collective) */
+    if (rc != 0 && t.comm) t.comm->abort(t.comm, "this rank failed (its error is above)");
     int status = rc == 0 ? qlt_run_exit_status(&t) : 1; /* 130 / 143: stopped by SIGINT / SIGTERM */
     qlt_trainer_free(&t);
     qlt_config_free(&cfg);

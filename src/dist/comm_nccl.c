@@ -102,7 +102,8 @@ static int nccl_all_reduce_host_f64(qlt_comm *c, double *buf, int n) {
 static int nccl_broadcast_host(qlt_comm *c, void *buf, size_t bytes, int root) {
     nccl_impl *m = impl_of(c);
     void *dev = NULL, *pinned = NULL;
-    if (cudaMalloc(&dev, bytes ? bytes : 1) != cudaSuccess || cudaMallocHost(&pinned, bytes ? bytes : 1) != cudaSuccess) {
+    size_t size = bytes ? bytes : 1;
+    if (cudaMalloc(&dev, size) != cudaSuccess || cudaMallocHost(&pinned, size) != cudaSuccess) {
         cudaFree(dev);
         return qlt_fail("rank %d: out of memory for a broadcast of %zu bytes", c->rank, bytes);
     }
@@ -180,7 +181,8 @@ int qlt_comm_nccl_open(qlt_comm **out, const qlt_dist_env *env, double timeout_s
         free(n);
         return -1;
     }
-    if (qlt_rendezvous_share(env->master_addr, env->master_port, env->rank, env->world, timeout_s, &id, sizeof id) != 0) {
+    if (qlt_rendezvous_share(env->master_addr, env->master_port, env->rank, env->world, timeout_s, &id,
+                             sizeof id) != 0) {
         free(n);
         return -1;
     }

@@ -152,8 +152,8 @@ int qlt_launch_ranks(int argc, char **argv, int n_ranks, double grace_s) {
         }
         char how[96];
         describe(status, how, sizeof how);
-        rc = qlt_fail("rank %d of %d (GPU %d, pid %d) %s: the other ranks were stopped; its own error is above, and the "
-                      "last checkpoint in output.dir is intact (continue with --resume auto)", r, n_ranks, r, (int)pid,
+        rc = qlt_fail("rank %d of %d (GPU %d, pid %d) %s: the other ranks were stopped; its own error is above, and "
+                      "the last checkpoint in output.dir is intact (continue with --resume auto)", r, n_ranks, r, (int)pid,
                       how);
     }
     if (rc != 0) end_all(pids, alive, n_ranks, grace_s);
