@@ -15,7 +15,7 @@ LAYERS = [
     ["common"],                                   # errors, dtypes, hashes, files: no project includes
     ["nf4", "config", "tokenizer", "optim"],      # the NF4 codec, the run config, text -> ids, schedules
     ["backend", "formats", "data"],               # the op table + weight type, weight files, datasets
-    ["cpu", "cuda", "autograd"],                  # the two backends, the tape
+    ["cpu", "cuda", "autograd", "dist"],          # the two backends, the tape, data parallel's communicators
     ["model"],                                    # architectures, weights on a backend, LoRA, forward
     ["infer"],                                    # generation: the KV-cache decoder, sampling, text out
     ["train"],                                    # the training loop, checkpoints, device choice

@@ -8,9 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # libopenblas-openmp-dev before libopenblas-dev: the OpenMP build of OpenBLAS is the one the meta package then
-# takes (it shares the CPU backend's OpenMP threads instead of starting threads of its own)
+# takes (it shares the CPU backend's OpenMP threads instead of starting threads of its own); Open MPI: the data
+# parallel tests run the CPU path under mpirun (qlora-train opens libmpi.so.40 at run time, it does not link it)
 packages=(cmake make gcc pkg-config libcjson-dev libyaml-dev zlib1g-dev libpcre2-dev libutf8proc-dev libcriterion-dev
-          libopenblas-openmp-dev libopenblas-dev libcairo2-dev)
+          libopenblas-openmp-dev libopenblas-dev libcairo2-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

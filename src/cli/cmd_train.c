@@ -8,7 +8,10 @@
 #include "cli/dry_run.h"
 #include "common/error.h"
 #include "common/fileutil.h"
+#include "dist/comm.h"
+#include "dist/launcher.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/trainer.h"
 
 const qlt_cli_option qlt_train_options[] = {
@@ -19,11 +22,15 @@ const qlt_cli_option qlt_train_options[] = {
     {"--dry-run", NULL, "off",
      "print the resolved config (where each value came from), the data, the memory plan and one step's time; "
      "writes nothing"},
+    {"--gpus", "N", "1: one process",
+     "data parallel on N GPUs of this machine: one rank per GPU, the global batch is micro_batch x grad_accum x N "
+     "(docs/DISTRIBUTED.md)"},
     {NULL, NULL, NULL, NULL},
 };
 
 static void usage(void) {
-    printf("usage: qlora-train train --config FILE [--set section.key=value ...] [--resume auto|DIR] [--dry-run]\n\n"
+    printf("usage: qlora-train train --config FILE [--set section.key=value ...] [--resume auto|DIR] [--dry-run] "
+           "[--gpus N]\n\n"
            "Fine-tunes LoRA adapters on the model of model.path with the data of data.train.\n"
            "Writes output.dir/metrics.jsonl and metrics.csv, output.dir/checkpoint-<step>/ every\n"
            "output.save_every steps, the final adapter (PEFT format) in output.dir/final/ and output.dir/loss.png\n"
@@ -45,6 +52,21 @@ static int resumes_from_checkpoint(const qlt_config *cfg, const char *resume) {
     return found;
 }
 
+/* --gpus N (0 when absent); -1 with the error when its value is bad. argv without it into rest (argc_rest). */
+static int gpus_option(int argc, char **argv, char **rest, int *argc_rest) {
+    int gpus = 0;
+    *argc_rest = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && strcmp(argv[i], "--gpus") == 0 && i + 1 < argc) {
+            if (qlt_cli_parse_int("--gpus", argv[i + 1], 1, 1024, &gpus) != 0) return -1;
+            i++;
+            continue;
+        }
+        rest[(*argc_rest)++] = argv[i];
+    }
+    return gpus;
+}
+
 int qlt_cmd_train(int argc, char **argv) {
     qlt_cli_args args;
     qlt_config cfg;
@@ -62,6 +84,22 @@ int qlt_cmd_train(int argc, char **argv) {
         qlt_config_free(&cfg);
         return qlt_cli_report_error();
     }
+    if (!args.dry_run) { /* --gpus N: this command again as N ranks (src/dist/launcher.c), the config checked once */
+        char **rest = qlt_xcalloc((size_t)argc + 2, sizeof *rest);
+        int argc_rest = 0, gpus = gpus_option(argc, argv, rest + 1, &argc_rest);
+        if (gpus > 1) {
+            qlt_config_free(&cfg);
+            rest[0] = (char *)"qlora-train";
+            int status = qlt_launch_ranks(argc_rest + 1, rest, gpus, 30.0);
+            free(rest);
+            return status == 1 ? qlt_cli_report_error() : status;
+        }
+        free(rest);
+        if (gpus < 0) {
+            qlt_config_free(&cfg);
+            return qlt_cli_report_error();
+        }
+    }
     if (args.dry_run) {
         int dry = qlt_cli_dry_run(&cfg, args.config_path);
         qlt_config_free(&cfg);
@@ -75,16 +113,23 @@ int qlt_cmd_train(int argc, char **argv) {
         qlt_config_free(&cfg);
         return 0;
     }
-    if (rc == 0 && !resumes_from_checkpoint(&cfg, args.resume)) /* before anything is written there */
+    /* data parallel: rank 0 alone writes into output.dir */
+    if (rc == 0 && qlt_dp_is_root(&t) && !resumes_from_checkpoint(&cfg, args.resume)) /* before anything is written */
         rc = qlt_checkpoint_claim_output(cfg.output.dir, cfg.output.overwrite);
-    if (rc == 0) {
+    if (rc == 0 && qlt_dp_is_root(&t)) {
         char *cfg_path = qlt_path_join(cfg.output.dir, "run_config.json");
         rc = qlt_mkdirs(cfg.output.dir);
         if (rc == 0) rc = qlt_config_write_json(&cfg, cfg_path);
         free(cfg_path);
     }
+    /* data parallel: a rank 0 that cannot claim output.dir stops every rank, not only itself */
+    if (t.dist_world > 1 && qlt_dp_any(&t, rc != 0) && rc == 0)
+        rc = qlt_fail("rank %d: rank 0 could not set up output.dir %s (its error says why)", t.dist_rank,
+                      cfg.output.dir);
     if (rc == 0) rc = qlt_trainer_run(&t, args.resume);
     if (rc != 0) qlt_cli_report_error();
+    /* data parallel: a failed rank ends the whole job at once (the others may be waiting in a collective) */
+    if (rc != 0 && t.comm) t.comm->abort(t.comm, "this rank failed (its error is above)");
     int status = rc == 0 ? qlt_run_exit_status(&t) : 1; /* 130 / 143: stopped by SIGINT / SIGTERM */
     qlt_trainer_free(&t);
     qlt_config_free(&cfg);

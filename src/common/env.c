@@ -38,6 +38,17 @@ static const struct {
     [QLT_ENV_TEST_KILL_IN_SAVE] = {"QLT_TEST_KILL_IN_SAVE", "test hook: PHASE[:STEP] (PHASE adapter, optimizer, "
                                                              "state or rename) kills the process with SIGKILL at "
                                                              "that point of a checkpoint save (of step STEP)"},
+    [QLT_ENV_RANK] = {"RANK", "data parallel: this process's rank, 0 .. WORLD_SIZE-1 (set by `train --gpus N` or a "
+                              "torchrun-style launcher; docs/DISTRIBUTED.md)"},
+    [QLT_ENV_WORLD_SIZE] = {"WORLD_SIZE", "data parallel: the number of ranks (processes, one GPU each)"},
+    [QLT_ENV_LOCAL_RANK] = {"LOCAL_RANK", "data parallel: the GPU this rank uses on its machine (default: RANK)"},
+    [QLT_ENV_MASTER_ADDR] = {"MASTER_ADDR", "data parallel: the address of rank 0's rendezvous (an IPv4 address "
+                                            "or a host name)"},
+    [QLT_ENV_MASTER_PORT] = {"MASTER_PORT", "data parallel: the TCP port of rank 0's rendezvous"},
+    [QLT_ENV_OMPI_RANK] = {"OMPI_COMM_WORLD_RANK", "set by Open MPI's mpirun: this rank (the CPU path's data "
+                                                    "parallel runs through MPI)"},
+    [QLT_ENV_OMPI_SIZE] = {"OMPI_COMM_WORLD_SIZE", "set by Open MPI's mpirun: the number of ranks"},
+    [QLT_ENV_OMPI_LOCAL_RANK] = {"OMPI_COMM_WORLD_LOCAL_RANK", "set by Open MPI's mpirun: the rank on this machine"},
 };
 
 const char *qlt_env(qlt_env_var v) {

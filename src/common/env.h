@@ -22,6 +22,14 @@ typedef enum qlt_env_var {
     QLT_ENV_TEST_DEVICE_FAULT, /* test hook: "step:N:recoverable|sticky": a device fault in the middle of step N */
     QLT_ENV_TEST_KILL_IN_SAVE, /* test hook: "PHASE[:STEP]": SIGKILL at that phase of a checkpoint save */
     QLT_ENV_TEST_FREE_BYTES,  /* test hook: "N": the memory plan takes N bytes as the device's free memory */
+    QLT_ENV_RANK,             /* data parallel: this process's rank (torchrun-style launchers, `train --gpus N`) */
+    QLT_ENV_WORLD_SIZE,       /* data parallel: the number of ranks */
+    QLT_ENV_LOCAL_RANK,       /* data parallel: this process's GPU on its machine */
+    QLT_ENV_MASTER_ADDR,      /* data parallel: rank 0's address (the rendezvous) */
+    QLT_ENV_MASTER_PORT,      /* data parallel: rank 0's rendezvous port */
+    QLT_ENV_OMPI_RANK,        /* mpirun (Open MPI): OMPI_COMM_WORLD_RANK */
+    QLT_ENV_OMPI_SIZE,        /* mpirun (Open MPI): OMPI_COMM_WORLD_SIZE */
+    QLT_ENV_OMPI_LOCAL_RANK,  /* mpirun (Open MPI): OMPI_COMM_WORLD_LOCAL_RANK */
     QLT_ENV_COUNT
 } qlt_env_var;
 

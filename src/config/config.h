@@ -162,6 +162,7 @@ typedef struct qlt_config {
         int log_every;       /* 1 */
         int threads;         /* 0 = all cores, for the CPU path */
         int cpu_reference;   /* 0: the CPU backend's fast ops; 1: its reference ops (double sums) */
+        float dist_timeout_s; /* 600: data parallel's rendezvous and all-reduce timeout */
     } train;
     struct {
         char *dir;           /* "runs/demo" */

@@ -131,7 +131,8 @@ static const qlt_cfg_entry schema[] = {
             "sequences per forward/backward pass"),
     INT_KEY("train.grad_accum", train.grad_accum, "1", "[1, inf)",
             "gradient_accumulation_steps|gradient_accumulation",
-            "micro-batches per optimizer step (effective batch = micro_batch * grad_accum)"),
+            "micro-batches per optimizer step (effective batch = micro_batch * grad_accum, times the ranks of a data "
+            "parallel run)"),
     INT64_KEY("train.max_steps", train.max_steps, "0", "[0, inf)", "steps|num_steps|total_steps",
               "optimizer steps to run; 0 = run train.epochs"),
     FLOAT_KEY("train.epochs", train.epochs, "1", "[0, inf)", "num_train_epochs|num_epochs",
@@ -199,6 +200,9 @@ static const qlt_cfg_entry schema[] = {
     BOOL_KEY("train.cpu_reference", train.cpu_reference, "false", "cpu_reference_ops",
              "CPU path: the reference ops (sums in double, scalar; what the float64 golden tests check, several "
              "times slower) instead of the default float32 ops through OpenBLAS"),
+    FLOAT_KEY("train.dist_timeout_s", train.dist_timeout_s, "600", "(0, inf)", "ddp_timeout",
+              "data parallel (docs/DISTRIBUTED.md): seconds the ranks wait for each other at the rendezvous and for a "
+              "gradient all-reduce before the job ends with an error naming the rank"),
 
     STRING_KEY("output.dir", output.dir, "runs/demo", "output_dir|out_dir",
                "run directory: the effective config, logs, checkpoints and the final adapter"),

@@ -16,6 +16,7 @@
 #include "common/fileutil.h"
 #include "formats/safetensors.h"
 #include "train/checkpoint_verify.h"
+#include "train/data_parallel.h"
 
 /* 2: + files (sizes and CRC-32s), model_fingerprint, tokenizer, lora shape, best eval loss, early stopping */
 #define TRAINER_STATE_VERSION 2
@@ -139,6 +140,7 @@ static int write_state(const qlt_trainer *t, const char *dir, int checkpoint) {
     cJSON_AddNumberToObject(s, "train_rows", (double)t->train.n_rows);
     cJSON_AddNumberToObject(s, "micro_batch", t->micro_batch);
     cJSON_AddNumberToObject(s, "grad_accum", t->grad_accum);
+    cJSON_AddNumberToObject(s, "world_size", t->dist_world); /* data parallel ranks: a step read all their rows */
     cJSON_AddNumberToObject(s, "seq_len", t->seq);
     if (isnan(t->run.best_eval_loss)) cJSON_AddNullToObject(s, "best_eval_loss");
     else cJSON_AddNumberToObject(s, "best_eval_loss", t->run.best_eval_loss);
@@ -209,9 +211,13 @@ static int save_checked(const qlt_trainer *t, const char *dir, int checkpoint) {
     return rc;
 }
 
-int qlt_adapter_save(const qlt_trainer *t, const char *dir) { return save_checked(t, dir, 0) == 0 ? 0 : -1; }
+int qlt_adapter_save(const qlt_trainer *t, const char *dir) {
+    if (!qlt_dp_is_root(t)) return 0; /* data parallel: every rank holds the same adapter; rank 0 writes it */
+    return save_checked(t, dir, 0) == 0 ? 0 : -1;
+}
 
 int qlt_checkpoint_save(const qlt_trainer *t, const char *dir) {
+    if (!qlt_dp_is_root(t)) return 0;
     int rc = save_checked(t, dir, 1);
     if (rc <= 0) return rc; /* written, or refused as not finite */
     /* nothing of it was renamed into place (its temporary folder is removed): the latest complete checkpoint is
@@ -318,11 +324,17 @@ int qlt_checkpoint_load(qlt_trainer *t, const char *dir) {
     if (rc == 0 && n_params != t->lora.n_params)
         rc = qlt_fail("%s: the checkpoint has %lld LoRA parameters but this run has %lld: lora.r / lora.targets / "
                       "model differ from the run that wrote it", path, (long long)n_params, (long long)t->lora.n_params);
-    if (rc == 0 && (rows != t->train.n_rows || micro != t->micro_batch || accum != t->grad_accum || seq != t->seq))
+    int64_t world = 1; /* written before data parallel: one process */
+    if (rc == 0 && cJSON_GetObjectItemCaseSensitive(s, "world_size") && state_int(s, "world_size", path, &world) != 0)
+        rc = -1;
+    /* the global batch (micro_batch x grad_accum x ranks) must be the same; how it is split over ranks need not */
+    int64_t global = micro * accum * world, here = (int64_t)t->micro_batch * t->grad_accum * t->dist_world;
+    if (rc == 0 && (rows != t->train.n_rows || global != here || seq != t->seq))
         rc = qlt_fail("%s: the data or batch shape differs from the run that wrote it (rows %lld vs %lld, "
-                      "micro_batch %lld vs %d, grad_accum %lld vs %d, seq_len %lld vs %d): resume with the same "
-                      "data and train settings", path, (long long)rows, (long long)t->train.n_rows, (long long)micro,
-                      t->micro_batch, (long long)accum, t->grad_accum, (long long)seq, t->seq);
+                      "micro_batch x grad_accum x ranks %lld x %lld x %lld vs %d x %d x %d, seq_len %lld vs %d): "
+                      "resume with the same data, seq_len and global batch", path, (long long)rows,
+                      (long long)t->train.n_rows, (long long)micro, (long long)accum, (long long)world,
+                      t->micro_batch, t->grad_accum, t->dist_world, (long long)seq, t->seq);
     if (rc == 0 && cursor > rows)
         rc = qlt_fail("%s: cursor %lld is past the %lld training rows (corrupt checkpoint?)", path, (long long)cursor,
                       (long long)rows);

@@ -10,11 +10,16 @@
 #endif
 
 qlt_backend *qlt_device_backend_create(qlt_device device, int threads, int cpu_reference) {
+    return qlt_device_backend_create_on(device, threads, cpu_reference, 0);
+}
+
+qlt_backend *qlt_device_backend_create_on(qlt_device device, int threads, int cpu_reference, int gpu_index) {
     if (device == QLT_DEVICE_CPU) return qlt_backend_cpu_create(threads, cpu_reference);
     if (device == QLT_DEVICE_CUDA) {
 #ifdef QLT_HAVE_CUDA
-        return qlt_backend_cuda_create(0);
+        return qlt_backend_cuda_create(gpu_index);
 #else
+        (void)gpu_index;
         qlt_fail("this build has no CUDA backend (nvcc was not found when it was built): use --set train.device=cpu, "
                  "or rebuild with the CUDA toolkit installed");
         return NULL;
@@ -27,7 +32,7 @@ qlt_backend *qlt_device_backend_create(qlt_device device, int threads, int cpu_r
         if (qlt_cuda_device_count() == 0) {
             fprintf(stderr, "qlora-train: no GPU found: using the CPU\n");
         } else {
-            qlt_backend *be = qlt_backend_cuda_create(0);
+            qlt_backend *be = qlt_backend_cuda_create(gpu_index);
             if (be) return be;
             fprintf(stderr, "qlora-train: the GPU cannot be used (%s): using the CPU\n", qlt_error());
         }

@@ -10,5 +10,7 @@
  * no GPU was found and the CPU is used. threads: the CPU backend's (0: all cores); cpu_reference: the CPU
  * backend's reference ops (train.cpu_reference). */
 qlt_backend *qlt_device_backend_create(qlt_device device, int threads, int cpu_reference);
+/* The same on GPU gpu_index (data parallel: this rank's LOCAL_RANK) where the backend is CUDA. */
+qlt_backend *qlt_device_backend_create_on(qlt_device device, int threads, int cpu_reference, int gpu_index);
 
 #endif

@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/trainer.h"
 
 static volatile sig_atomic_t caught_signal;
@@ -89,7 +90,7 @@ static int remove_leftovers(const char *output_dir) {
 int qlt_run_begin(qlt_trainer *t) {
     t->run = (qlt_run_state){.best_eval_loss = NAN, .best_step = -1};
     install_handlers();
-    return remove_leftovers(t->cfg->output.dir);
+    return qlt_dp_is_root(t) ? remove_leftovers(t->cfg->output.dir) : 0; /* data parallel: rank 0 writes */
 }
 
 int qlt_run_after_eval(qlt_trainer *t, double loss) {

@@ -23,6 +23,7 @@ struct qlt_run_log {
     FILE *jsonl, *csv;
     qlt_tensorboard tb;
     qlt_progress progress;
+    int quiet; /* qlt_run_log_open_quiet: every call does nothing */
 };
 
 /* The step a metrics line belongs to: metrics.jsonl's "step": N, metrics.csv's first field; -1 for none. */
@@ -99,6 +100,13 @@ qlt_run_log *qlt_run_log_open(const qlt_config *cfg, qlt_backend *be, int64_t fi
     return log;
 }
 
+qlt_run_log *qlt_run_log_open_quiet(const qlt_config *cfg) {
+    qlt_run_log *log = qlt_xcalloc(1, sizeof *log);
+    log->cfg = cfg;
+    log->quiet = 1;
+    return log;
+}
+
 /* TensorBoard scalars; a write failure is said once and ends the events file, not the run. */
 static void tensorboard_write(qlt_run_log *log, int64_t step, const char *const *tags, const double *values, int n) {
     if (!log->tb.f || qlt_tensorboard_scalars(&log->tb, step, tags, values, n) == 0) return;
@@ -112,7 +120,7 @@ static void json_number(char *buf, size_t n, double v) {
 }
 
 void qlt_run_log_step(qlt_run_log *log, const qlt_step_metrics *m) {
-    if (!m->valid) return;
+    if (!m->valid || log->quiet) return;
     double tokens_per_s = m->seconds > 0 ? (double)m->tokens / m->seconds : 0.0;
     const size_t peak_bytes = log->be && log->be->peak_bytes ? log->be->peak_bytes(log->be) : 0;
     char loss[32], grad_norm[32]; /* a skipped step's NaN / infinity is null: JSON has no such numbers */
@@ -135,15 +143,18 @@ void qlt_run_log_step(qlt_run_log *log, const qlt_step_metrics *m) {
 }
 
 void qlt_run_log_eval_begin(qlt_run_log *log, int64_t step, int64_t rows, int64_t batches) {
+    if (log->quiet) return;
     qlt_progress_eval_begin(&log->progress, step, rows, batches);
 }
 
 void qlt_run_log_eval_progress(void *ctx, int64_t done, int64_t total) {
     qlt_run_log *log = ctx;
+    if (log->quiet) return;
     qlt_progress_eval_batch(&log->progress, done);
 }
 
 void qlt_run_log_eval(qlt_run_log *log, int64_t step, double loss, int64_t counted) {
+    if (log->quiet) return;
     fprintf(log->jsonl, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_perplexity\": %.9g, \"eval_tokens\": %lld}\n",
             (long long)step, loss, exp(loss), (long long)counted);
     fflush(log->jsonl);
@@ -155,11 +166,16 @@ void qlt_run_log_eval(qlt_run_log *log, int64_t step, double loss, int64_t count
 }
 
 void qlt_run_log_saved(qlt_run_log *log, int64_t step, const char *dir) {
+    if (log->quiet) return;
     qlt_progress_line(&log->progress, "step %lld: checkpoint saved to %s", (long long)step, dir);
 }
 
 int qlt_run_log_close(qlt_run_log *log, int run_ok) {
     if (!log) return 0;
+    if (log->quiet) {
+        free(log);
+        return 0;
+    }
     char *run_error = run_ok ? NULL : qlt_xstrdup(qlt_error()); /* what the run failed with is what gets said */
     qlt_progress_eval_end(&log->progress);
     qlt_progress_finish(&log->progress);

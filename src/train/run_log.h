@@ -17,6 +17,8 @@ typedef struct qlt_run_log qlt_run_log;
  * run, appending after its lines up to first_step). be: whose memory the progress shows (may be NULL).
  * NULL with the error set when a file cannot be written. */
 qlt_run_log *qlt_run_log_open(const qlt_config *cfg, qlt_backend *be, int64_t first_step, int64_t total_steps);
+/* A log that writes and prints nothing (data parallel: every rank but rank 0). */
+qlt_run_log *qlt_run_log_open_quiet(const qlt_config *cfg);
 /* A finished step (nothing when !m->valid). */
 void qlt_run_log_step(qlt_run_log *log, const qlt_step_metrics *m);
 /* An evaluation of `rows` rows in `batches` micro-batches starts after step `step`. */

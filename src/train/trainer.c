@@ -3,6 +3,7 @@
 #include "train/trainer.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "formats/gguf_tokenizer.h"
 #include "model/forward.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/device.h"
 #include "train/eval_data.h"
 #include "train/input_files.h"
@@ -259,14 +261,17 @@ static int read_test_hooks(qlt_trainer *t) {
 int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mode) {
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
+    t->dist_world = 1;
     t->micro_batch = cfg->train.micro_batch;
     t->grad_accum = mode == QLT_TRAINER_TRAIN ? cfg->train.grad_accum : 1;
     t->seq = cfg->data.seq_len;
     if (!cfg->model.path || !cfg->model.path[0])
         return qlt_fail("model.path is empty: set it to a Hugging Face model directory, a .gguf file or random:CONFIG.json, "
                         "e.g. --set model.path=/models/Qwen2.5-7B");
-    t->be = qlt_device_backend_create(cfg->train.device, cfg->train.threads, cfg->train.cpu_reference);
+    t->be = qlt_device_backend_create_on(cfg->train.device, cfg->train.threads, cfg->train.cpu_reference,
+                                         mode == QLT_TRAINER_TRAIN ? qlt_dp_gpu_index() : 0);
     if (!t->be) return -1;
+    if (mode == QLT_TRAINER_TRAIN && qlt_dp_open(t) != 0) goto fail; /* data parallel: meet the other ranks */
     /* a device error in training unwinds to the trainer, which saves what it can (qlt_trainer_run) */
     if (mode == QLT_TRAINER_TRAIN) t->be->fault_unwind = 1;
     if (mode == QLT_TRAINER_TRAIN && read_test_hooks(t) != 0) goto fail;
@@ -357,11 +362,11 @@ int qlt_trainer_init(qlt_trainer *t, const qlt_config *cfg, qlt_trainer_mode mod
         }
     }
     if (mode == QLT_TRAINER_TRAIN) {
-        int64_t rows_per_step = (int64_t)t->micro_batch * t->grad_accum;
+        int64_t rows_per_step = (int64_t)t->micro_batch * t->grad_accum * t->dist_world;
         if (t->train.n_rows < rows_per_step) {
-            qlt_fail("data.train yields %lld rows of %d tokens but one step needs micro_batch x grad_accum = %lld: add "
-                     "data, or lower train.micro_batch / train.grad_accum / data.seq_len", (long long)t->train.n_rows,
-                     t->seq, (long long)rows_per_step);
+            qlt_fail("data.train yields %lld rows of %d tokens but one step needs micro_batch x grad_accum x ranks = "
+                     "%lld: add data, or lower train.micro_batch / train.grad_accum / data.seq_len",
+                     (long long)t->train.n_rows, t->seq, (long long)rows_per_step);
             goto fail;
         }
         t->steps_per_epoch = t->train.n_rows / rows_per_step;
@@ -408,7 +413,7 @@ static void stage_rows(qlt_trainer *t, const qlt_dataset *ds, const int64_t *ord
  * step (across micro-batches), the optimizer scalars and the dropout seeds (into t->stage_seeds). */
 static void prepare_step(qlt_trainer *t, qlt_optim_scalars *s, int64_t *counted_out) {
     const qlt_config *cfg = t->cfg;
-    int64_t rows_per_step = (int64_t)t->micro_batch * t->grad_accum;
+    int64_t rows_per_step = (int64_t)t->micro_batch * t->grad_accum * t->dist_world; /* the global batch */
     if (t->cursor + rows_per_step > t->train.n_rows) { /* epoch done: drop the remainder, reshuffle */
         t->epoch++;
         t->cursor = 0;
@@ -429,7 +434,8 @@ static void prepare_step(qlt_trainer *t, qlt_optim_scalars *s, int64_t *counted_
         .grad_scale = counted > 0 ? 1.0f / (float)counted : 0.0f,
     };
     for (int micro = 0; micro < t->grad_accum; micro++)
-        t->stage_seeds[micro] = mix64(cfg->train.seed, (uint64_t)(t->step * t->grad_accum + micro));
+        t->stage_seeds[micro] = mix64(cfg->train.seed, (uint64_t)qlt_dp_global_micro(t->step, t->grad_accum,
+                                                                                   t->dist_world, t->dist_rank, micro));
     *counted_out = counted;
 }
 
@@ -454,7 +460,8 @@ static void enqueue_step_body(qlt_trainer *t, int staged) {
         qlt_batch_buffers *bb = &t->bbs[staged ? micro : 0];
         if (!staged) {
             if (be->phase) be->phase(be, QLT_PHASE_OTHER);
-            stage_rows(t, &t->train, t->order, t->cursor + (int64_t)micro * t->micro_batch);
+            stage_rows(t, &t->train, t->order,
+                       qlt_dp_micro_first_row(t->cursor, t->micro_batch, t->grad_accum, t->dist_rank, micro));
             qlt_batch_upload(bb, be, t->stage_ids, t->stage_labels, t->stage_seg);
         }
         qlt_forward_opts o = {.lora = &t->lora, .train = 1, .dropout_seed = t->dropout_seeds + micro,
@@ -465,6 +472,7 @@ static void enqueue_step_body(qlt_trainer *t, int staged) {
         qlt_graph_backward(&t->graph);
         if (micro == 0 && !staged) inject_test_faults(t);
     }
+    if (qlt_dp_reduce_step(t) != 0) t->comm->abort(t->comm, qlt_error()); /* data parallel: the global sums */
     if (be->phase) be->phase(be, QLT_PHASE_OPTIMIZER);
     be->grad_norm_sq(be, t->scalars, t->lora.grads, t->lora.n_params);
     be->adamw(be, t->lora.params, t->lora.grads, t->lora.m, t->lora.v, t->lora.n_params, t->scalars);
@@ -494,10 +502,11 @@ static qlt_step_metrics step_record(const qlt_trainer *t, const qlt_optim_scalar
     qlt_step_metrics r = {0};
     r.step = t->step + 1;
     r.lr = s->lr;
-    r.tokens = (int64_t)t->micro_batch * t->grad_accum * t->seq;
+    r.tokens = (int64_t)t->micro_batch * t->grad_accum * t->dist_world * t->seq;
     r.counted = counted;
     r.tokens_seen = t->tokens_seen + r.tokens;
-    r.epoch = (double)t->epoch + (double)(t->cursor + (int64_t)t->micro_batch * t->grad_accum) / (double)t->train.n_rows;
+    r.epoch = (double)t->epoch +
+              (double)(t->cursor + (int64_t)t->micro_batch * t->grad_accum * t->dist_world) / (double)t->train.n_rows;
     return r;
 }
 
@@ -521,7 +530,8 @@ static int graph_step(qlt_trainer *t, qlt_step_metrics *out) {
     if (t->step_in_flight) be->event_wait(be, QLT_EVENT_SENT); /* staging buffers free again */
     prepare_step(t, &s, &counted);
     for (int micro = 0; micro < t->grad_accum; micro++) {
-        stage_rows(t, &t->train, t->order, t->cursor + (int64_t)micro * t->micro_batch);
+        stage_rows(t, &t->train, t->order,
+                   qlt_dp_micro_first_row(t->cursor, t->micro_batch, t->grad_accum, t->dist_rank, micro));
         qlt_batch_stage(&t->bbs[micro], t->stage_ids, t->stage_labels, t->stage_seg);
         qlt_batch_send(&t->bbs[micro], be, 1);
     }
@@ -546,7 +556,7 @@ static int graph_step(qlt_trainer *t, qlt_step_metrics *out) {
     be->event_record(be, QLT_EVENT_DONE0 + slot);
     t->in_flight[slot] = step_record(t, &s, counted);
     t->in_flight[slot].seconds = qlt_now_seconds();
-    t->cursor += (int64_t)t->micro_batch * t->grad_accum;
+    t->cursor += (int64_t)t->micro_batch * t->grad_accum * t->dist_world;
     t->tokens_seen += t->in_flight[slot].tokens;
     t->step++;
     out->valid = 0;
@@ -572,9 +582,10 @@ static int eager_step(qlt_trainer *t, qlt_step_metrics *out) {
     be->upload(be, t->scalars, &s, QLT_OPTIM_HOST_BYTES); /* not the device's counters */
     be->upload(be, t->dropout_seeds, t->stage_seeds, sizeof(uint64_t) * (size_t)t->grad_accum);
     enqueue_step_body(t, 0);
+    QLT_TRY(qlt_dp_wait(t)); /* data parallel: a dead rank ends this one in bounded time */
     qlt_step_metrics rec = step_record(t, &s, counted);
     be->download(be, &s, t->scalars, sizeof s);
-    t->cursor += (int64_t)t->micro_batch * t->grad_accum;
+    t->cursor += (int64_t)t->micro_batch * t->grad_accum * t->dist_world;
     t->tokens_seen = rec.tokens_seen;
     t->step++;
     rec.seconds = qlt_now_seconds() - t0;
@@ -602,6 +613,7 @@ int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, in
     be->upload(be, t->scalars, &s, QLT_OPTIM_HOST_BYTES); /* loss_sum 0; the optimizer's counters stay */
     int64_t counted = 0;
     for (int64_t first = 0; first < ds->n_rows; first += t->micro_batch) {
+        if (!qlt_dp_eval_owns(first / t->micro_batch, t->dist_rank, t->dist_world)) continue; /* another rank's */
         stage_rows(t, ds, NULL, first);
         counted += qlt_batch_upload(&t->bbs[0], be, t->stage_ids, t->stage_labels, t->stage_seg);
         qlt_forward_opts o = {.lora = t->has_lora ? &t->lora : NULL, .train = 0, .scalars = t->scalars,
@@ -612,6 +624,12 @@ int qlt_trainer_evaluate(qlt_trainer *t, const qlt_dataset *ds, double *loss, in
             t->eval_progress(t->eval_progress_ctx, first / t->micro_batch + 1, qlt_trainer_eval_batches(t, ds));
     }
     be->download(be, &s, t->scalars, sizeof s);
+    if (t->dist_world > 1) { /* data parallel: the sums over every rank's share */
+        double sums[2] = {s.loss_sum, (double)counted};
+        QLT_TRY(qlt_dp_sum_host(t, sums, 2));
+        s.loss_sum = (float)sums[0];
+        counted = (int64_t)sums[1];
+    }
     if (counted == 0) return qlt_fail("evaluation data has no tokens with labels (every label is -100)");
     *loss = s.loss_sum / (double)counted;
     if (counted_out) *counted_out = counted;
@@ -757,13 +775,14 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
     }
     /* metrics.jsonl / .csv, TensorBoard, progress: a fresh run starts fresh logs; a resumed run keeps the lines
      * of the steps it resumed after */
-    qlt_run_log *metrics = qlt_run_log_open(cfg, t->be, t->step, t->total_steps);
+    qlt_run_log *metrics = qlt_dp_is_root(t) ? qlt_run_log_open(cfg, t->be, t->step, t->total_steps)
+                                             : qlt_run_log_open_quiet(cfg); /* data parallel: rank 0 logs */
     if (!metrics) return -1;
     fprintf(stderr, "qlora-train: %s backend, %lld trainable parameters, %lld rows of %d tokens, %lld steps\n",
             t->be->name, (long long)t->lora.n_params, (long long)t->train.n_rows, t->seq, (long long)t->total_steps);
     int rc = 0;
     if (t->step == 0 && cfg->train.eval_at_start && t->eval.n_rows > 0) rc = run_eval_and_log(t, metrics);
-    if (rc == 0 && t->step == 0 && t->sample_tok) rc = sample_answer(t, "before training");
+    if (rc == 0 && t->step == 0 && t->sample_tok && qlt_dp_is_root(t)) rc = sample_answer(t, "before training");
     qlt_step_metrics m;
     while (t->step < t->total_steps && rc == 0) {
         t->before_step.step = t->step;
@@ -781,6 +800,7 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
             break;
         }
         int stop_signal = qlt_run_signal_caught(); /* SIGINT / SIGTERM: a checkpoint now, then stop */
+        if (t->dist_world > 1 && qlt_dp_any(t, stop_signal) && !stop_signal) stop_signal = SIGTERM; /* all ranks */
         int want_eval = t->eval.n_rows > 0 && cfg->train.eval_every > 0 && t->step % cfg->train.eval_every == 0;
         int want_save = (cfg->output.save_every > 0 && t->step % cfg->output.save_every == 0) || stop_signal;
         if (want_eval || want_save) { /* graph mode: the step's own metrics first */
@@ -797,7 +817,7 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
             rc = qlt_checkpoint_save(t, dir);
             if (rc == 0) qlt_run_log_saved(metrics, t->step, dir);
             free(dir);
-            if (rc == 0) rc = qlt_checkpoint_prune(cfg->output.dir, cfg->output.keep_last);
+            if (rc == 0 && qlt_dp_is_root(t)) rc = qlt_checkpoint_prune(cfg->output.dir, cfg->output.keep_last);
         }
         if (rc == 0 && qlt_run_should_stop(t, stop_signal)) break;
     }
@@ -813,11 +833,11 @@ int qlt_trainer_run(qlt_trainer *t, const char *resume) {
     if (rc == 0 && t->eval.n_rows > 0 && !(cfg->train.eval_every > 0 && t->step % cfg->train.eval_every == 0))
         rc = run_eval_and_log(t, metrics);
     const int plotted = qlt_run_log_close(metrics, rc == 0);
-    if (rc == 0 && t->sample_tok) rc = sample_answer(t, "after training");
+    if (rc == 0 && t->sample_tok && qlt_dp_is_root(t)) rc = sample_answer(t, "after training");
     if (rc != 0) return rc;
     char *final_dir = qlt_path_join(cfg->output.dir, "final");
     rc = qlt_adapter_save(t, final_dir);
-    if (rc == 0) fprintf(stderr, "qlora-train: adapter written to %s\n", final_dir);
+    if (rc == 0 && qlt_dp_is_root(t)) fprintf(stderr, "qlora-train: adapter written to %s\n", final_dir);
     if (rc == 0 && !isnan(t->eval_loss_first) && t->eval_loss_first != t->eval_loss_last)
         fprintf(stderr, "qlora-train: eval loss %.4f -> %.4f (perplexity %.2f -> %.2f)\n", t->eval_loss_first,
                 t->eval_loss_last, exp(t->eval_loss_first), exp(t->eval_loss_last));
@@ -847,6 +867,7 @@ void qlt_trainer_free(qlt_trainer *t) {
         if (t->loss_scratch) be->free(be, t->loss_scratch);
         if (t->has_lora) qlt_lora_free(&t->lora);
         if (t->model_loaded) qlt_model_free(&t->model);
+        qlt_dp_close(t); /* before the backend: NCCL runs on its stream */
     }
     qlt_dataset_free(&t->train);
     qlt_dataset_free(&t->eval);

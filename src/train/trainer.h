@@ -100,6 +100,9 @@ typedef struct qlt_trainer {
      * command's progress lines) */
     void (*eval_progress)(void *ctx, int64_t done, int64_t total);
     void *eval_progress_ctx;
+    /* data parallel (data_parallel.h): the communicator (NULL: one process), this rank and the number of ranks */
+    struct qlt_comm *comm;
+    int dist_rank, dist_world;
 } qlt_trainer;
 
 
