@@ -137,29 +137,29 @@ int qlt_gemma_config_parse(qlt_model_config *mc, const cJSON *root, const char *
 }
 
 void qlt_gemma_describe(const qlt_model_config *mc, char *buf, size_t size) {
-    if (!mc->gemma) {
-        if (size) buf[0] = '\0';
-        return;
-    }
-    char caps[96];
+    if (size) buf[0] = '\0';
+    if (!mc->gemma) return;
+    char caps[96] = "none";
     if (mc->attn_softcap > 0 || mc->final_softcap > 0)
-        snprintf(caps, sizeof caps, "soft-caps: attention %g, final logits %g", mc->attn_softcap, mc->final_softcap);
-    else
-        snprintf(caps, sizeof caps, "no soft-caps");
-    char local[48] = "", full[48] = "";
-    snprintf(local, sizeof local, "%g%s", mc->rope_local_theta, mc->rope_local_type == QLT_ROPE_LINEAR ? " linear" : "");
-    snprintf(full, sizeof full, "%g%s", mc->rope_theta, mc->rope_type == QLT_ROPE_LINEAR ? " linear" : "");
-    char lf[32] = "", ff[32] = "";
-    if (mc->rope_local_type == QLT_ROPE_LINEAR) snprintf(lf, sizeof lf, " x%g", mc->rope_local_factor);
-    if (mc->rope_type == QLT_ROPE_LINEAR) snprintf(ff, sizeof ff, " x%g", mc->rope_factor);
-    char pattern[64] = "";
-    int n = mc->n_layers < 24 ? mc->n_layers : 24;
+        snprintf(caps, sizeof caps, "attention scores %g, final logits %g (cap tanh(x / cap); 0 = none)",
+                 mc->attn_softcap, mc->final_softcap);
+    char local[64], full[64];
+    snprintf(local, sizeof local, "%g", mc->rope_local_theta);
+    snprintf(full, sizeof full, "%g", mc->rope_theta);
+    if (mc->rope_local_type == QLT_ROPE_LINEAR)
+        snprintf(local + strlen(local), sizeof local - strlen(local), " (linear x%g)", mc->rope_local_factor);
+    if (mc->rope_type == QLT_ROPE_LINEAR)
+        snprintf(full + strlen(full), sizeof full - strlen(full), " (linear x%g)", mc->rope_factor);
+    char pattern[40];
+    int n = mc->n_layers < 32 ? mc->n_layers : 32;
     for (int l = 0; l < n; l++) pattern[l] = mc->layer_sliding[l] ? 'S' : 'F';
-    pattern[n] = '\0';
+    snprintf(pattern + n, sizeof pattern - (size_t)n, "%s", mc->n_layers > n ? "..." : "");
     snprintf(buf, size,
-             "Gemma layer: RMSNorm (1 + w) before and after attention and MLP (4 a layer), q/k norm %s, GeGLU "
-             "(gelu tanh), embeddings x sqrt(%d), attention scale %g^-0.5, %s; layers %s%s (S sliding, F full); "
-             "rope base sliding %s%s, full %s%s",
-             mc->qk_norm ? "yes" : "no", mc->hidden, mc->query_pre_attn_scalar, caps, pattern,
-             mc->n_layers > n ? "..." : "", local, lf, full, ff);
+             "norms: RMSNorm x (1 + w), 4 a layer (before and after attention, before and after the MLP)%s\n"
+             "mlp: GeGLU, gelu_pytorch_tanh(gate) * up; embeddings x sqrt(hidden) = %g\n"
+             "attention scale: query_pre_attn_scalar %g ** -0.5; soft-caps: %s\n"
+             "layer kinds: %s (S sliding window %d, F full)\n"
+             "rope base: sliding layers %s, full layers %s",
+             mc->qk_norm ? ", q/k norm per head" : "", sqrt((double)mc->hidden), mc->query_pre_attn_scalar, caps,
+             pattern, mc->sliding_window, local, full);
 }

@@ -15,7 +15,8 @@ static inline int qlt_arch_is_gemma(qlt_arch arch) { return arch == QLT_ARCH_GEM
  * slide, hidden_activation) after model_config.c read the common ones; sets mc->gemma. 0 or -1 with qlt_fail
  * naming path and the key. */
 int qlt_gemma_config_parse(qlt_model_config *mc, const cJSON *root, const char *path);
-/* One line on Gemma's layer for `inspect` (norms, soft-caps, window pattern, rope bases); "" for the others. */
+/* Lines on Gemma's layer for `inspect` (norms, MLP, soft-caps, window pattern, rope bases), no trailing newline;
+ * "" for the others. */
 void qlt_gemma_describe(const qlt_model_config *mc, char *buf, size_t size);
 
 #endif
