@@ -25,7 +25,8 @@ int qlt_kv_decoder_init(qlt_kv_decoder *d, const qlt_model *m, const qlt_lora *l
     const qlt_model_config *c = &m->cfg;
     qlt_backend *be = m->be;
     if (c->gemma) /* its post-norms, GeGLU and soft-caps are on the training path only */
-        return qlt_fail("generate: %s is not supported by the KV-cache decoder yet (train and eval are)", c->arch_name);
+        return qlt_fail("generate: %s is not supported by the KV-cache decoder yet (train and eval are; leave "
+                        "output.sample_prompt empty)", c->arch_name);
     if (!be->attention_decode || !be->kv_store)
         return qlt_fail("the %s backend cannot generate (no attention over a KV cache)", be->name);
     if (max_len < 1 || max_chunk < 1) return qlt_fail("generate: a length of at least one token is needed");
