@@ -319,6 +319,10 @@ struct qlt_backend {
      * dx through the cap. Same scratch as lm_head_loss. */
     void (*lm_head_loss_softcap)(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch,
                                  const void *x, const qlt_weight *w, const int32_t *targets, int64_t n, float softcap);
+    /* attention_decode with soft-capped scores (Gemma 2's generation). */
+    void (*attention_decode_softcap)(qlt_backend *be, void *out, const void *q, const void *k_cache,
+                                     const void *v_cache, const int32_t *pos, int64_t max_keys, int64_t n, int n_heads,
+                                     int n_kv_heads, int head_dim, float scale, int window, float softcap);
     /* x float [count] = softcap * tanh(x / softcap), in place (logits for evaluation and generation). */
     void (*softcap_f32)(qlt_backend *be, float *x, int64_t count, float softcap);
     /* The residual add fused with the RMSNorm that follows it: sum [N, D] = a + b (rounded to act as

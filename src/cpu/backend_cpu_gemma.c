@@ -47,6 +47,15 @@ static void cpu_attention_softcap_bwd(qlt_backend *be, void *dq, void *dk, void 
                                            n_heads, n_kv_heads, head_dim, scale, softcap);
 }
 
+/* pos[0] is the number of cached positions before the new queries (backend memory is host memory here) */
+static void cpu_attention_decode_softcap(qlt_backend *be, void *out, const void *q, const void *k_cache,
+                                         const void *v_cache, const int32_t *pos, int64_t max_keys, int64_t n,
+                                         int n_heads, int n_kv_heads, int head_dim, float scale, int window,
+                                         float softcap) {
+    qlt_cpu_attention_decode_softcap(out, q, k_cache, v_cache, pos[0], n, n_heads, n_kv_heads, head_dim, scale, window,
+                                     softcap);
+}
+
 /* logits for evaluation: tanh in double, rounded once */
 static void cpu_softcap_f32(qlt_backend *be, float *x, int64_t count, float softcap) {
     for (int64_t i = 0; i < count; i++) x[i] = (float)(softcap * tanh((double)x[i] / softcap));
@@ -60,4 +69,5 @@ void qlt_cpu_install_gemma_ops(qlt_backend *be) {
     be->attention_softcap_bwd = cpu_attention_softcap_bwd;
     be->lm_head_loss_softcap = qlt_cpu_lm_head_loss_softcap_op;
     be->softcap_f32 = cpu_softcap_f32;
+    be->attention_decode_softcap = cpu_attention_decode_softcap;
 }

@@ -36,6 +36,11 @@ void qlt_cpu_attention_softcap_bwd_fast(float *dq, float *dk, float *dv, float *
                                         const float *v, const int32_t *seg_start, int batch, int seq, int n_heads,
                                         int n_kv_heads, int head_dim, float scale, float softcap);
 
+/* Attention over a KV cache (cpu_ops.h's qlt_cpu_attention_decode) with soft-capped scores (attention_decode.c). */
+void qlt_cpu_attention_decode_softcap(float *out, const float *q, const float *k, const float *v, int64_t past,
+                                      int64_t n, int n_heads, int n_kv_heads, int head_dim, float scale, int window,
+                                      float softcap);
+
 /* The fused lm_head + cross-entropy (cpu_ops.h / cpu_fast.h) with the logits soft-capped; softcap 0: plain
  * (cross_entropy.c). */
 double qlt_cpu_lm_head_loss_softcap(float *dx, float *scratch, const float *x, const float *w, const int32_t *targets,

@@ -20,7 +20,7 @@ void qlt_gemma_fold_norm(const qlt_model_config *mc, const char *name, float *w,
 int qlt_gemma_backend_check(const qlt_model_config *mc, const qlt_backend *be, const char *where) {
     if (!mc->gemma) return 0;
     if (be->geglu_fwd && be->geglu_bwd && be->scale_inplace && be->attention_softcap_fwd && be->attention_softcap_bwd &&
-        be->lm_head_loss_softcap && be->softcap_f32)
+        be->lm_head_loss_softcap && be->softcap_f32 && be->attention_decode_softcap)
         return 0;
     return qlt_fail("%s: %s runs on the CPU backend only: the %s backend has no GeGLU / soft-cap kernels yet (set "
                     "train.device: cpu)", where, mc->arch_name, be->name);
