@@ -46,6 +46,39 @@ FIXTURES = {
         "without": {"use_sliding_window": False},
         "seed": 26,
     },
+    # tiny-gemma2: layer 0 slides (window 6 < SEQ), layer 1 attends fully; soft-caps small enough that the
+    # scores and logits reach them; query_pre_attn_scalar 24 != head_dim; random norm weights (transformers
+    # starts them at 0, which would hide a (1 + w) or a pre/post mix-up); tied embeddings.
+    "tiny-gemma2": {
+        "class": "Gemma2ForCausalLM",
+        "config": dict(vocab_size=384, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                       rms_norm_eps=1e-6, rope_theta=10000.0, sliding_window=6, query_pre_attn_scalar=24,
+                       attn_logit_softcapping=0.5, final_logit_softcapping=1.5, tie_word_embeddings=True,
+                       initializer_range=0.08, pad_token_id=0, bos_token_id=2, eos_token_id=1),
+        "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "without": [{"sliding_window": 1000}, {"attn_logit_softcapping": None}, {"final_logit_softcapping": None}],
+        "random_norms": True,
+        "seed": 27,
+    },
+    # tiny-gemma3: layers 0-1 slide (window 5) with their own RoPE base (10000, default), layer 2 attends fully
+    # with base 1e6 and linear scaling x2 (transformers 5's rope_parameters per layer type); q/k norms.
+    "tiny-gemma3": {
+        "class": "Gemma3ForCausalLM",
+        "config": dict(vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                       num_attention_heads=4, num_key_value_heads=1, head_dim=16, max_position_embeddings=256,
+                       rms_norm_eps=1e-6, sliding_window=5, sliding_window_pattern=3, query_pre_attn_scalar=16,
+                       rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+                                        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                       tie_word_embeddings=True, initializer_range=0.08, pad_token_id=0, bos_token_id=2,
+                       eos_token_id=1),
+        "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "without": [{"sliding_window": 1000},
+                    {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}],
+        "random_norms": True,
+        "seed": 28,
+    },
 }
 
 
@@ -89,6 +122,11 @@ def write_fixture(out_root, name, spec):
     cls, cfg = make_config(spec)
     torch.set_default_dtype(torch.float32)
     model32 = cls(cfg).eval()  # float32 weights: what model.safetensors stores
+    if spec.get("random_norms"):
+        with torch.no_grad():
+            for pname, p in model32.named_parameters():
+                if pname.endswith("norm.weight"):
+                    p.normal_(0.0, 0.3)
     model32.save_pretrained(out, safe_serialization=True)
     sd = {k: v.detach().clone().contiguous() for k, v in model32.state_dict().items()}
     if cfg.tie_word_embeddings:
@@ -124,12 +162,14 @@ def write_fixture(out_root, name, spec):
         logits = base(input_ids=ids).logits  # [B, S, V]
     res["base_logits"] = logits.reshape(BATCH * SEQ, -1)
     res["base_loss"] = causal_loss(logits, labels).reshape(1)
-    with torch.no_grad():
-        other = fresh_base(spec["without"])(input_ids=ids).logits
-    diff = (other - logits).abs().max().item() / logits.abs().max().item()
-    print(f"{name}: logits move by {diff:.3g} of their max without {list(spec['without'])}")
-    if diff < 1e-2:
-        raise SystemExit(f"{name}: the golden does not depend on {list(spec['without'])}; change the fixture")
+    withouts = spec["without"] if isinstance(spec["without"], list) else [spec["without"]]
+    for without in withouts:
+        with torch.no_grad():
+            other = fresh_base(without)(input_ids=ids).logits
+        diff = (other - logits).abs().max().item() / logits.abs().max().item()
+        print(f"{name}: logits move by {diff:.3g} of their max with {without}")
+        if diff < 1e-2:
+            raise SystemExit(f"{name}: the golden does not depend on {without}; change the fixture")
 
     model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=spec["targets"],
                                             init_lora_weights=False))

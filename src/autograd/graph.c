@@ -149,6 +149,7 @@ static const qlt_node_ops *const node_kinds[QLT_NODE_KIND_COUNT] = {
     [QLT_NODE_ATTENTION] = &qlt_node_attention,
     [QLT_NODE_SWIGLU] = &qlt_node_swiglu,
     [QLT_NODE_ADD] = &qlt_node_add,
+    [QLT_NODE_GEGLU] = &qlt_node_geglu,
     [QLT_NODE_CUSTOM] = &qlt_node_custom,
 };
 

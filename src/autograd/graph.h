@@ -50,6 +50,7 @@ typedef enum qlt_node_kind {
     QLT_NODE_ADD,            /* a, b [count] act -> y [count] act */
     QLT_NODE_CUSTOM,         /* a block whose backward is supplied by its creator (gradient checkpointing):
                               * in and out values of the same count, [n, hidden] for a layer */
+    QLT_NODE_GEGLU,          /* gu [n, 2 * inter] act (gate | up) -> h [n, inter] act (Gemma: gelu_tanh(gate) * up) */
     QLT_NODE_KIND_COUNT,     /* the number of kinds (not a kind) */
 } qlt_node_kind;
 
@@ -89,7 +90,7 @@ typedef struct qlt_node {
         struct { const int32_t *pos; const float *inv_freq; int64_t n; int heads, head_dim; } rope;
         struct { float *rstd; const float *w; const int32_t *pos; const float *inv_freq; int64_t n; int heads, head_dim; } hnr;
         struct { int64_t n, inter; } swiglu;
-        struct { float *lse; const int32_t *seg_start; int batch, seq, n_heads, n_kv_heads, head_dim; float scale; } attn;
+        struct { float *lse; const int32_t *seg_start; int batch, seq, n_heads, n_kv_heads, head_dim; float scale, softcap; } attn;
         struct { qlt_custom_backward backward; const void *ctx[4]; int arg; } custom;
     } u;
 } qlt_node;
@@ -149,12 +150,18 @@ void qlt_ag_linear_group(qlt_graph *g, int x, int k, const qlt_weight *const *w,
 int qlt_ag_rope(qlt_graph *g, int x, const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim);
 int qlt_ag_attention(qlt_graph *g, int q, int k, int v, const int32_t *seg_start, int batch, int seq, int n_heads,
                      int n_kv_heads, int head_dim, float scale);
+/* qlt_ag_attention with the scores soft-capped: softcap tanh(s / softcap) (Gemma 2; softcap 0: plain). */
+int qlt_ag_attention_softcap(qlt_graph *g, int q, int k, int v, const int32_t *seg_start, int batch, int seq,
+                             int n_heads, int n_kv_heads, int head_dim, float scale, float softcap);
 /* Qwen3's per-head norm fused with RoPE: y = rope(rmsnorm(x) * w) on x [n, heads, head_dim]. */
 int qlt_ag_head_norm_rope(qlt_graph *g, int x, const float *w, const int32_t *pos, const float *inv_freq, int64_t n,
                           int heads, int head_dim, float eps);
 /* h [n, inter] = silu(gate) * up from gu [n, 2 inter] (the stacked gate+up output). The backward writes
  * gu's gradient over gu itself (its last reader). */
 int qlt_ag_swiglu(qlt_graph *g, int gu, int64_t n, int64_t inter);
+/* Gemma's GeGLU: h [n, inter] = gelu_tanh(gate) * up from gu [n, 2 inter], the backward as qlt_ag_swiglu's
+ * (graph_geglu.c). */
+int qlt_ag_geglu(qlt_graph *g, int gu, int64_t n, int64_t inter);
 /* out = a + b. The backward hands out's gradient buffer to a and b instead of copying it whenever that
  * is safe (see graph_elementwise.c): the residual stream's gradient stays in one buffer. */
 int qlt_ag_add(qlt_graph *g, int a, int b);

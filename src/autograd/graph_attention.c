@@ -47,6 +47,12 @@ const qlt_node_ops qlt_node_rope = {
  * seq; seg_start [n] int32; lse [n, n_heads] f32 saved. */
 int qlt_ag_attention(qlt_graph *g, int q, int k, int v, const int32_t *seg_start, int batch, int seq, int n_heads,
                      int n_kv_heads, int head_dim, float scale) {
+    return qlt_ag_attention_softcap(g, q, k, v, seg_start, batch, seq, n_heads, n_kv_heads, head_dim, scale, 0);
+}
+
+/* softcap > 0 runs the backend's attention_softcap_fwd / _bwd (Gemma 2) */
+int qlt_ag_attention_softcap(qlt_graph *g, int q, int k, int v, const int32_t *seg_start, int batch, int seq,
+                             int n_heads, int n_kv_heads, int head_dim, float scale, float softcap) {
     int64_t n = (int64_t)batch * seq;
     qlt_graph_tick(g);
     int needs = g->values[q].needs_grad || g->values[k].needs_grad || g->values[v].needs_grad;
@@ -65,8 +71,13 @@ int qlt_ag_attention(qlt_graph *g, int q, int k, int v, const int32_t *seg_start
     node->u.attn.n_kv_heads = n_kv_heads;
     node->u.attn.head_dim = head_dim;
     node->u.attn.scale = scale;
+    node->u.attn.softcap = softcap;
     qlt_graph_phase(g, QLT_PHASE_ATTENTION);
-    if (RUN)
+    if (RUN && softcap > 0)
+        g->be->attention_softcap_fwd(g->be, g->values[o].data, lse, g->values[q].data, g->values[k].data,
+                                     g->values[v].data, seg_start, batch, seq, n_heads, n_kv_heads, head_dim, scale,
+                                     softcap);
+    else if (RUN)
         g->be->attention_fwd(g->be, g->values[o].data, lse, g->values[q].data, g->values[k].data, g->values[v].data,
                              seg_start, batch, seq, n_heads, n_kv_heads, head_dim, scale);
     TOUCH(g->values[o].data);
@@ -91,7 +102,13 @@ static void backward_attention(qlt_graph *g, const qlt_node *node) {
                                                                         node->u.attn.head_dim));
     TOUCH(scratch);
     qlt_graph_phase(g, QLT_PHASE_ATTENTION);
-    if (RUN)
+    if (RUN && node->u.attn.softcap > 0)
+        be->attention_softcap_bwd(be, g->values[q].grad, g->values[k].grad, g->values[v].grad, scratch, y->grad,
+                                  y->data, node->u.attn.lse, g->values[q].data, g->values[k].data, g->values[v].data,
+                                  node->u.attn.seg_start, node->u.attn.batch, node->u.attn.seq, node->u.attn.n_heads,
+                                  node->u.attn.n_kv_heads, node->u.attn.head_dim, node->u.attn.scale,
+                                  node->u.attn.softcap);
+    else if (RUN)
         be->attention_bwd(be, g->values[q].grad, g->values[k].grad, g->values[v].grad, scratch, y->grad, y->data,
                           node->u.attn.lse, g->values[q].data, g->values[k].data, g->values[v].data,
                           node->u.attn.seg_start, node->u.attn.batch, node->u.attn.seq, node->u.attn.n_heads,

@@ -36,6 +36,7 @@ extern const qlt_node_ops qlt_node_attention;      /* graph_attention.c */
 extern const qlt_node_ops qlt_node_swiglu;         /* graph_elementwise.c */
 extern const qlt_node_ops qlt_node_add;            /* graph_elementwise.c */
 extern const qlt_node_ops qlt_node_custom;         /* graph_elementwise.c */
+extern const qlt_node_ops qlt_node_geglu;          /* graph_geglu.c */
 
 /* The entry of a kind; NULL for a value outside [0, QLT_NODE_KIND_COUNT). */
 const qlt_node_ops *qlt_node_ops_of(qlt_node_kind kind);

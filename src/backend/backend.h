@@ -311,6 +311,32 @@ struct qlt_backend {
     void (*swiglu_fwd)(qlt_backend *be, void *h, const void *gu, int64_t n, int64_t inter);
     /* dgu [N, 2I] = (dgate | dup), overwritten; dgu may be gu itself (the gradient replaces the input). */
     void (*swiglu_bwd)(qlt_backend *be, void *dgu, const void *dh, const void *gu, int64_t n, int64_t inter);
+    /* Gemma's ops (Gemma 2 / 3; model/gemma.c refuses a Gemma model on a backend where one is NULL):
+     * geglu_fwd: h [N, I] = gelu_tanh(gate) * up from gu [N, 2I] laid out as for swiglu_fwd, gelu_tanh(x) =
+     * x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (torch's approximate="tanh"); geglu_bwd as swiglu_bwd. */
+    void (*geglu_fwd)(qlt_backend *be, void *h, const void *gu, int64_t n, int64_t inter);
+    void (*geglu_bwd)(qlt_backend *be, void *dgu, const void *dh, const void *gu, int64_t n, int64_t inter);
+    /* x [count] act *= s, in place (Gemma's embeddings times sqrt(hidden)). */
+    void (*scale_inplace)(qlt_backend *be, void *x, int64_t count, float s);
+    /* attention_fwd / attention_bwd with soft-capped scores: s = softcap * tanh(scale q.k / softcap) before the
+     * mask and softmax (Gemma 2's attn_logit_softcapping); lse is of the capped scores. */
+    void (*attention_softcap_fwd)(qlt_backend *be, void *out, float *lse, const void *q, const void *k,
+                                  const void *v, const int32_t *seg_start, int batch, int seq, int n_heads,
+                                  int n_kv_heads, int head_dim, float scale, float softcap);
+    void (*attention_softcap_bwd)(qlt_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
+                                  const void *out, const float *lse, const void *q, const void *k, const void *v,
+                                  const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
+                                  int head_dim, float scale, float softcap);
+    /* lm_head_loss with soft-capped logits: softcap * tanh(x . W^T / softcap) (final_logit_softcapping);
+     * dx through the cap. Same scratch as lm_head_loss. */
+    void (*lm_head_loss_softcap)(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch,
+                                 const void *x, const qlt_weight *w, const int32_t *targets, int64_t n, float softcap);
+    /* attention_decode with soft-capped scores (Gemma 2's generation). */
+    void (*attention_decode_softcap)(qlt_backend *be, void *out, const void *q, const void *k_cache,
+                                     const void *v_cache, const int32_t *pos, int64_t max_keys, int64_t n, int n_heads,
+                                     int n_kv_heads, int head_dim, float scale, int window, float softcap);
+    /* x float [count] = softcap * tanh(x / softcap), in place (logits for evaluation and generation). */
+    void (*softcap_f32)(qlt_backend *be, float *x, int64_t count, float softcap);
     /* The residual add fused with the RMSNorm that follows it: sum [N, D] = a + b (rounded to act as
      * `add` rounds it), y = rmsnorm(sum) with rstd [N] saved. One pass over a, b. */
     void (*add_rmsnorm_fwd)(qlt_backend *be, void *sum, void *y, float *rstd, const void *a, const void *b,

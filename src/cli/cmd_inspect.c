@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "formats/safetensors.h"
+#include "model/gemma_config.h"
 #include "model/model_config.h"
 #include "nf4/nf4.h"
 
@@ -97,6 +98,9 @@ int qlt_cmd_inspect(int argc, char **argv) {
     char attn[160];
     qlt_model_describe_attention(&mc, attn, sizeof attn);
     printf("attention: %s\n", attn);
+    char gemma[1024];
+    qlt_gemma_describe(&mc, gemma, sizeof gemma); /* Gemma 2 / 3: what its layer adds */
+    if (gemma[0]) printf("%s\n", gemma);
     printf("parameters (from config): %lld total, %lld in linear layers\n", (long long)qlt_model_total_params(&mc),
            (long long)qlt_model_linear_params(&mc));
     qlt_st_dir d;

@@ -53,6 +53,7 @@ typedef enum qlt_chat_template { /* data.chat_template */
     QLT_CHAT_TEMPLATE_LLAMA3,
     QLT_CHAT_TEMPLATE_MISTRAL,
     QLT_CHAT_TEMPLATE_PHI3,
+    QLT_CHAT_TEMPLATE_GEMMA,
     QLT_CHAT_TEMPLATE_COUNT
 } qlt_chat_template;
 typedef enum qlt_device { /* train.device */
@@ -124,7 +125,7 @@ typedef struct qlt_config {
         int packing;         /* 1 */
         int shuffle;         /* 1 */
         char *tokenizer;     /* "" = <model.path>/tokenizer.json */
-        qlt_chat_template chat_template; /* auto | chatml | llama3 | mistral | phi3 */
+        qlt_chat_template chat_template; /* auto | chatml | llama3 | mistral | phi3 | gemma */
         int train_on_prompt; /* 0 */
         float eval_split;    /* 0 */
         int skip_bad;        /* 0 */

@@ -44,7 +44,7 @@ static const qlt_config_enum_value format_values[] = {
 };
 static const qlt_config_enum_value chat_template_values[] = {
     {"auto", QLT_CHAT_TEMPLATE_AUTO},       {"chatml", QLT_CHAT_TEMPLATE_CHATML}, {"llama3", QLT_CHAT_TEMPLATE_LLAMA3},
-    {"mistral", QLT_CHAT_TEMPLATE_MISTRAL}, {"phi3", QLT_CHAT_TEMPLATE_PHI3}};
+    {"mistral", QLT_CHAT_TEMPLATE_MISTRAL}, {"phi3", QLT_CHAT_TEMPLATE_PHI3}, {"gemma", QLT_CHAT_TEMPLATE_GEMMA}};
 static const qlt_config_enum_value device_values[] = {
     {"auto", QLT_DEVICE_AUTO}, {"cpu", QLT_DEVICE_CPU}, {"cuda", QLT_DEVICE_CUDA}};
 static const qlt_config_enum_value schedule_values[] = {
@@ -106,7 +106,8 @@ static const qlt_cfg_entry schema[] = {
              "shuffle the sequences every epoch (seeded by train.seed)"),
     STRING_KEY("data.tokenizer", data.tokenizer, "\"\"", "tokenizer_path|tokenizer_name",
                "tokenizer.json to use (\"\" = <model.path>/tokenizer.json, or a .gguf model's own tokenizer)"),
-    ENUM_KEY("data.chat_template", data.chat_template, "auto", "auto, chatml, llama3, mistral, phi3", chat_template_values,
+    ENUM_KEY("data.chat_template", data.chat_template, "auto", "auto, chatml, llama3, mistral, phi3, gemma",
+             chat_template_values,
              QLT_CHAT_TEMPLATE_COUNT, "template",
              "chat format for data.format chat; auto = take it from the tokenizer / model"),
     BOOL_KEY("data.train_on_prompt", data.train_on_prompt, "false", "train_on_inputs",

@@ -10,12 +10,22 @@
 #include "common/error.h"
 #include "cpu/cpu_fast.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/gemma_ops.h"
 
 #define QLT_CPU_MAX_HEAD_DIM 512
+
+/* A scaled score through Gemma 2's soft-cap (softcap 0: as it is, the same bits). */
+static inline double capped_score(double s, float softcap) { return softcap > 0 ? softcap * tanh(s / softcap) : s; }
 
 void qlt_cpu_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                            const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                            int head_dim, float scale) {
+    qlt_cpu_attention_softcap_fwd(out, lse, q, k, v, seg_start, batch, seq, n_heads, n_kv_heads, head_dim, scale, 0);
+}
+
+void qlt_cpu_attention_softcap_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                                   const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
+                                   int head_dim, float scale, float softcap) {
     int group = n_heads / n_kv_heads;
     int64_t qs = (int64_t)n_heads * head_dim, ks = (int64_t)n_kv_heads * head_dim;
     QLT_ASSERT(head_dim <= QLT_CPU_MAX_HEAD_DIM);
@@ -32,7 +42,7 @@ void qlt_cpu_attention_fwd(float *out, float *lse, const float *q, const float *
                     const float *kj = k + ((int64_t)b * seq + j) * ks + (int64_t)kvh * head_dim;
                     double s = 0;
                     for (int e = 0; e < head_dim; e++) s += (double)qh[e] * kj[e];
-                    s *= scale;
+                    s = capped_score(s * scale, softcap);
                     if (s > mx) mx = s;
                 }
                 double denom = 0;
@@ -40,7 +50,7 @@ void qlt_cpu_attention_fwd(float *out, float *lse, const float *q, const float *
                     const float *kj = k + ((int64_t)b * seq + j) * ks + (int64_t)kvh * head_dim;
                     double s = 0;
                     for (int e = 0; e < head_dim; e++) s += (double)qh[e] * kj[e];
-                    denom += exp(s * scale - mx);
+                    denom += exp(capped_score(s * scale, softcap) - mx);
                 }
                 double l = mx + log(denom);
                 lse[row * n_heads + h] = (float)l;
@@ -53,7 +63,7 @@ void qlt_cpu_attention_fwd(float *out, float *lse, const float *q, const float *
                     const float *vj = v + ((int64_t)b * seq + j) * ks + (int64_t)kvh * head_dim;
                     double s = 0;
                     for (int e = 0; e < head_dim; e++) s += (double)qh[e] * kj[e];
-                    double p = exp(s * scale - l);
+                    double p = exp(capped_score(s * scale, softcap) - l);
                     for (int e = 0; e < head_dim; e++) acc[e] += p * vj[e];
                 }
                 for (int e = 0; e < head_dim; e++) oh[e] = (float)acc[e];
@@ -72,6 +82,15 @@ void qlt_cpu_attention_bwd(float *dq, float *dk, float *dv, float *scratch, cons
                            const float *lse, const float *q, const float *k, const float *v,
                            const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                            int head_dim, float scale) {
+    qlt_cpu_attention_softcap_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, seg_start, batch, seq, n_heads,
+                                  n_kv_heads, head_dim, scale, 0);
+}
+
+/* With a soft-cap, dS_tj also carries the cap's derivative 1 - tanh^2. */
+void qlt_cpu_attention_softcap_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                                   const float *out, const float *lse, const float *q, const float *k, const float *v,
+                                   const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
+                                   int head_dim, float scale, float softcap) {
     int group = n_heads / n_kv_heads;
     int64_t qs = (int64_t)n_heads * head_dim, ks = (int64_t)n_kv_heads * head_dim;
     int64_t n = (int64_t)batch * seq;
@@ -109,8 +128,9 @@ void qlt_cpu_attention_bwd(float *dq, float *dk, float *dv, float *scratch, cons
                             s += (double)qh[e] * kj[e];
                             dp += (double)doh[e] * vj[e];
                         }
-                        double p = exp(s * scale - l);
+                        double sc = capped_score(s * scale, softcap), p = exp(sc - l);
                         double ds = p * (dp - dd) * scale;
+                        if (softcap > 0) ds *= 1.0 - (sc / softcap) * (sc / softcap);
                         double *dkj = dk_acc + (int64_t)j * head_dim, *dvj = dv_acc + (int64_t)j * head_dim;
                         for (int e = 0; e < head_dim; e++) {
                             dq_acc[e] += ds * kj[e];
@@ -173,6 +193,26 @@ static void block_probs(float *s, int64_t m, int64_t nk, int64_t j0, int64_t t0,
     }
 }
 
+/* Gemma 2's soft-cap over a block of scaled scores s [count], in place; th (when not NULL) keeps tanh(s / cap)
+ * for the backward. */
+QLT_CPU_VECTOR
+static void block_softcap(float *s, float *th, int64_t count, float softcap) {
+    const float inv = 1.0f / softcap;
+#pragma omp simd
+    for (int64_t i = 0; i < count; i++) {
+        float t = qlt_cpu_tanhf(s[i] * inv);
+        s[i] = softcap * t;
+        if (th) th[i] = t;
+    }
+}
+
+/* dS *= 1 - tanh^2 over a block: the soft-cap's derivative. */
+QLT_CPU_VECTOR
+static void block_softcap_grad(float *ds, const float *th, int64_t count) {
+#pragma omp simd
+    for (int64_t i = 0; i < count; i++) ds[i] *= 1.0f - th[i] * th[i];
+}
+
 /* dS = P (dP - D) scale in place of dP [m, nk]; d [m] (stride d_stride) the rows' D. */
 QLT_CPU_VECTOR
 static void block_dscores(float *ds, const float *p, int64_t m, int64_t nk, const float *d, int64_t d_stride,
@@ -200,6 +240,13 @@ static void scatter_heads(float *dst, int64_t ld, const float *src, int64_t m, i
 void qlt_cpu_attention_fwd_fast(float *out, float *lse, const float *q, const float *k, const float *v,
                                 const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                                 int head_dim, float scale) {
+    qlt_cpu_attention_softcap_fwd_fast(out, lse, q, k, v, seg_start, batch, seq, n_heads, n_kv_heads, head_dim, scale,
+                                       0);
+}
+
+void qlt_cpu_attention_softcap_fwd_fast(float *out, float *lse, const float *q, const float *k, const float *v,
+                                        const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
+                                        int head_dim, float scale, float softcap) {
     const int group = n_heads / n_kv_heads, nblocks = (seq + ATT_BLOCK - 1) / ATT_BLOCK;
     const int64_t qs = (int64_t)n_heads * head_dim, ks = (int64_t)n_kv_heads * head_dim;
     const int64_t tasks = (int64_t)batch * n_kv_heads * nblocks, rows = (int64_t)group * ATT_BLOCK;
@@ -218,6 +265,7 @@ void qlt_cpu_attention_fwd_fast(float *out, float *lse, const float *q, const fl
             const int64_t koff = (row0 + j0) * ks + (int64_t)kvh * head_dim;
             gather_heads(qg, q + qoff, qs, m, group, head_dim);
             qlt_cpu_sgemm(0, 1, group * m, nk, head_dim, scale, qg, head_dim, k + koff, ks, 0.0f, s, nk);
+            if (softcap > 0) block_softcap(s, NULL, group * m * nk, softcap);
             for (int g = 0; g < group; g++)
                 block_probs(s + g * m * nk, m, nk, j0, t0, seg_start + row0, NULL,
                             lse + (row0 + t0) * n_heads + kvh * group + g, n_heads);
@@ -235,6 +283,15 @@ void qlt_cpu_attention_bwd_fast(float *dq, float *dk, float *dv, float *scratch,
                                 const float *lse, const float *q, const float *k, const float *v,
                                 const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                                 int head_dim, float scale) {
+    qlt_cpu_attention_softcap_bwd_fast(dq, dk, dv, scratch, dout, out, lse, q, k, v, seg_start, batch, seq, n_heads,
+                                       n_kv_heads, head_dim, scale, 0);
+}
+
+/* With a soft-cap, tanh of the block's scores is kept beside P for dS's factor 1 - tanh^2. */
+void qlt_cpu_attention_softcap_bwd_fast(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                                        const float *out, const float *lse, const float *q, const float *k,
+                                        const float *v, const int32_t *seg_start, int batch, int seq, int n_heads,
+                                        int n_kv_heads, int head_dim, float scale, float softcap) {
     const int group = n_heads / n_kv_heads, nblocks = (seq + ATT_BLOCK - 1) / ATT_BLOCK;
     const int64_t qs = (int64_t)n_heads * head_dim, ks = (int64_t)n_kv_heads * head_dim;
     const int64_t n = (int64_t)batch * seq, rows = (int64_t)group * ATT_BLOCK;
@@ -251,8 +308,11 @@ void qlt_cpu_attention_bwd_fast(float *dq, float *dk, float *dv, float *scratch,
 #pragma omp parallel
     {
         /* P and dP / dS [G*m, nk]; Q, dO and dQ of the group's heads [G*m, hd] */
-        float *p = qlt_xmalloc(sizeof(float) * (size_t)(2 * rows * seq + 3 * rows * head_dim)), *ds = p + rows * seq;
+        const int64_t th_floats = softcap > 0 ? rows * seq : 0; /* tanh of the capped scores [G*m, nk] */
+        float *p = qlt_xmalloc(sizeof(float) * (size_t)(2 * rows * seq + 3 * rows * head_dim + th_floats));
+        float *ds = p + rows * seq;
         float *qg = ds + rows * seq, *dog = qg + rows * head_dim, *dqg = dog + rows * head_dim;
+        float *th = softcap > 0 ? dqg + rows * head_dim : NULL;
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < batch; b++) {
             for (int kvh = 0; kvh < n_kv_heads; kvh++) {
@@ -270,12 +330,14 @@ void qlt_cpu_attention_bwd_fast(float *dq, float *dk, float *dv, float *scratch,
                     gather_heads(qg, q + qoff, qs, m, group, head_dim);
                     gather_heads(dog, dout + qoff, qs, m, group, head_dim);
                     qlt_cpu_sgemm(0, 1, gm, nk, head_dim, scale, qg, head_dim, k + koff, ks, 0.0f, p, nk);
+                    if (th) block_softcap(p, th, gm * nk, softcap);
                     for (int g = 0; g < group; g++)
                         block_probs(p + g * m * nk, m, nk, j0, t0, seg_start + row0, lse + soff + g, NULL, n_heads);
                     qlt_cpu_sgemm(1, 0, nk, head_dim, gm, 1.0f, p, nk, dog, head_dim, 1.0f, dv + koff, ks);
                     qlt_cpu_sgemm(0, 1, gm, nk, head_dim, 1.0f, dog, head_dim, v + koff, ks, 0.0f, ds, nk);
                     for (int g = 0; g < group; g++)
                         block_dscores(ds + g * m * nk, p + g * m * nk, m, nk, scratch + soff + g, n_heads, scale);
+                    if (th) block_softcap_grad(ds, th, gm * nk);
                     qlt_cpu_sgemm(0, 0, gm, head_dim, nk, 1.0f, ds, nk, k + koff, ks, 0.0f, dqg, head_dim);
                     scatter_heads(dq + qoff, qs, dqg, m, group, head_dim);
                     qlt_cpu_sgemm(1, 0, nk, head_dim, gm, 1.0f, ds, nk, qg, head_dim, 1.0f, dk + koff, ks);

@@ -8,11 +8,21 @@
 
 #include "common/error.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/gemma_ops.h"
 
 #define QLT_CPU_DECODE_MAX_HEAD_DIM 512
 
 void qlt_cpu_attention_decode(float *out, const float *q, const float *k, const float *v, int64_t past, int64_t n,
                               int n_heads, int n_kv_heads, int head_dim, float scale, int window) {
+    qlt_cpu_attention_decode_softcap(out, q, k, v, past, n, n_heads, n_kv_heads, head_dim, scale, window, 0);
+}
+
+/* A scaled score through Gemma 2's soft-cap (softcap 0: as it is), as attention.c forms it. */
+static inline double capped_score(double s, float softcap) { return softcap > 0 ? softcap * tanh(s / softcap) : s; }
+
+void qlt_cpu_attention_decode_softcap(float *out, const float *q, const float *k, const float *v, int64_t past,
+                                      int64_t n, int n_heads, int n_kv_heads, int head_dim, float scale, int window,
+                                      float softcap) {
     const int group = n_heads / n_kv_heads;
     const int64_t qs = (int64_t)n_heads * head_dim, ks = (int64_t)n_kv_heads * head_dim;
     QLT_ASSERT(head_dim <= QLT_CPU_DECODE_MAX_HEAD_DIM && n_heads % n_kv_heads == 0);
@@ -28,7 +38,7 @@ void qlt_cpu_attention_decode(float *out, const float *q, const float *k, const 
                 const float *kj = k + j * ks + (int64_t)kvh * head_dim;
                 double s = 0;
                 for (int e = 0; e < head_dim; e++) s += (double)qh[e] * kj[e];
-                s *= scale;
+                s = capped_score(s * scale, softcap);
                 if (s > mx) mx = s;
             }
             double denom = 0;
@@ -36,7 +46,7 @@ void qlt_cpu_attention_decode(float *out, const float *q, const float *k, const 
                 const float *kj = k + j * ks + (int64_t)kvh * head_dim;
                 double s = 0;
                 for (int e = 0; e < head_dim; e++) s += (double)qh[e] * kj[e];
-                denom += exp(s * scale - mx);
+                denom += exp(capped_score(s * scale, softcap) - mx);
             }
             const double l = mx + log(denom);
             double acc[QLT_CPU_DECODE_MAX_HEAD_DIM];
@@ -46,7 +56,7 @@ void qlt_cpu_attention_decode(float *out, const float *q, const float *k, const 
                 const float *vj = v + j * ks + (int64_t)kvh * head_dim;
                 double s = 0;
                 for (int e = 0; e < head_dim; e++) s += (double)qh[e] * kj[e];
-                const double p = exp(s * scale - l);
+                const double p = exp(capped_score(s * scale, softcap) - l);
                 for (int e = 0; e < head_dim; e++) acc[e] += p * vj[e];
             }
             float *oh = out + i * qs + (int64_t)h * head_dim;

@@ -17,6 +17,7 @@
 #include "cpu/backend_cpu.h"
 #include "cpu/backend_cpu_internal.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/gemma_ops.h"
 
 /* Bytes held, for the peak-memory figure: as the CUDA backend counts, every allocation the backend holds
  * (be->alloc, NF4 weight storage, the dequantization scratch and cache), so both report the same kind of peak. */
@@ -357,5 +358,6 @@ qlt_backend *qlt_backend_cpu_create(int threads, int reference) {
     be->adamw = cpu_adamw;
     be->fault_state = cpu_fault_state;
     be->fault_inject = cpu_fault_inject;
+    qlt_cpu_install_gemma_ops(be);
     return be;
 }

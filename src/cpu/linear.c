@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "cpu/backend_cpu_internal.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/gemma_ops.h"
 
 static qlt_cpu_gemm_fn gemm_of(qlt_backend *be) { return ((qlt_cpu_impl *)be->impl)->gemm; }
 
@@ -93,17 +94,25 @@ void qlt_cpu_linear_lora_bwd(qlt_backend *be, void *dx, float dx_beta, const qlt
 
 void qlt_cpu_lm_head_loss_op(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch, const void *x,
                              const qlt_weight *w, const int32_t *targets, int64_t n) {
+    qlt_cpu_lm_head_loss_softcap_op(be, scalars, dx, scratch, x, w, targets, n, 0);
+}
+
+/* softcap > 0: Gemma's final_logit_softcapping (gemma_ops.h) */
+void qlt_cpu_lm_head_loss_softcap_op(qlt_backend *be, qlt_optim_scalars *scalars, void *dx, void *scratch,
+                                     const void *x, const qlt_weight *w, const int32_t *targets, int64_t n,
+                                     float softcap) {
     const float grad_scale = scalars->grad_scale;
     const float *wf = qlt_cpu_weight_f32(be, w);
     double total = 0;
     if (!((qlt_cpu_impl *)be->impl)->reference) {
-        total = qlt_cpu_lm_head_loss_fast(dx, scratch, x, wf, targets, n, w->cols, w->rows, grad_scale);
+        total = qlt_cpu_lm_head_loss_softcap_fast(dx, scratch, x, wf, targets, n, w->cols, w->rows, grad_scale,
+                                                  softcap);
     } else {
         for (int64_t t0 = 0; t0 < n; t0 += CPU_LOSS_CHUNK) {
             int64_t tn = n - t0 < CPU_LOSS_CHUNK ? n - t0 : CPU_LOSS_CHUNK;
-            total += qlt_cpu_lm_head_loss(dx ? (float *)dx + t0 * w->cols : NULL, scratch,
-                                          (const float *)x + t0 * w->cols, wf, targets + t0, tn, w->cols, w->rows,
-                                          grad_scale);
+            total += qlt_cpu_lm_head_loss_softcap(dx ? (float *)dx + t0 * w->cols : NULL, scratch,
+                                                  (const float *)x + t0 * w->cols, wf, targets + t0, tn, w->cols,
+                                                  w->rows, grad_scale, softcap);
         }
     }
     scalars->loss_sum += (float)total;

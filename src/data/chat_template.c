@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "data/chat_template_gemma.h"
 #include "data/labeled.h"
 
 static const char *const chatml_tokens[] = {"<|im_start|>", "<|im_end|>"};
@@ -22,7 +23,7 @@ static int check_tokens(const qlt_tokenizer *tok, const char *name, const char *
         if (qlt_tokenizer_token_id(tok, tokens[i]) < 0)
             return qlt_fail("data.chat_template: %s needs the token %s, which the tokenizer does not have (set "
                             "data.chat_template to the model's template: chatml for Qwen, llama3 for Llama-3, mistral "
-                            "for Mistral, phi3 for Phi-3)",
+                            "for Mistral, phi3 for Phi-3, gemma for Gemma)",
                             name, tokens[i]);
     return 0;
 }
@@ -36,7 +37,8 @@ int qlt_chat_template_resolve(qlt_chat_template choice, const qlt_tokenizer *tok
         } known[] = {{"chatml", "<|im_start|>", QLT_CHAT_TEMPLATE_CHATML},
                      {"llama3", "<|start_header_id|>", QLT_CHAT_TEMPLATE_LLAMA3},
                      {"mistral", "[INST]", QLT_CHAT_TEMPLATE_MISTRAL},
-                     {"phi3", "<|user|>", QLT_CHAT_TEMPLATE_PHI3}};
+                     {"phi3", "<|user|>", QLT_CHAT_TEMPLATE_PHI3},
+                     {"gemma", "<start_of_turn>", QLT_CHAT_TEMPLATE_GEMMA}};
         const char *named = qlt_tokenizer_chat_template(tok);
         for (size_t i = 0; i < sizeof known / sizeof known[0] && choice == QLT_CHAT_TEMPLATE_AUTO; i++)
             if (named && strcmp(named, known[i].name) == 0) choice = known[i].t;
@@ -44,7 +46,8 @@ int qlt_chat_template_resolve(qlt_chat_template choice, const qlt_tokenizer *tok
             if (qlt_tokenizer_token_id(tok, known[i].token) >= 0) choice = known[i].t;
         if (choice == QLT_CHAT_TEMPLATE_AUTO)
             return qlt_fail("data.chat_template: auto found none of <|im_start|> (chatml), <|start_header_id|> "
-                            "(llama3), [INST] (mistral), <|user|> (phi3) in the tokenizer or its chat template; set "
+                            "(llama3), [INST] (mistral), <|user|> (phi3), <start_of_turn> (gemma) in the tokenizer or "
+                            "its chat template; set "
                             "data.chat_template to one of them");
     }
     /* the special tokens each template emits by id */
@@ -54,9 +57,10 @@ int qlt_chat_template_resolve(qlt_chat_template choice, const qlt_tokenizer *tok
     } needs[QLT_CHAT_TEMPLATE_COUNT] = {[QLT_CHAT_TEMPLATE_CHATML] = {chatml_tokens, 2},
                                         [QLT_CHAT_TEMPLATE_LLAMA3] = {llama3_tokens, 4},
                                         [QLT_CHAT_TEMPLATE_MISTRAL] = {mistral_tokens, 2},
-                                        [QLT_CHAT_TEMPLATE_PHI3] = {phi3_tokens, 4}};
+                                        [QLT_CHAT_TEMPLATE_PHI3] = {phi3_tokens, 4},
+                                        [QLT_CHAT_TEMPLATE_GEMMA] = {qlt_chat_gemma_tokens, 3}};
     if (choice <= QLT_CHAT_TEMPLATE_AUTO || choice >= QLT_CHAT_TEMPLATE_COUNT || !needs[choice].tokens)
-        return qlt_fail("data.chat_template = %d: not a template (use auto, chatml, llama3, mistral or phi3)",
+        return qlt_fail("data.chat_template = %d: not a template (use auto, chatml, llama3, mistral, phi3 or gemma)",
                         (int)choice);
     *out = choice;
     return check_tokens(tok, qlt_chat_template_name(choice), needs[choice].tokens, needs[choice].n);
@@ -79,9 +83,7 @@ static uint32_t code_point(const unsigned char *s, size_t n, size_t *len) {
     return c;
 }
 
-/* content with leading and trailing white space removed, as the Llama-3 template's `message['content'] | trim`
- * renders it: *len bytes from the returned pointer. */
-static const char *trimmed(const char *content, size_t *len) {
+const char *qlt_chat_trim(const char *content, size_t *len) {
     const unsigned char *s = (const unsigned char *)content;
     size_t n = strlen(content), k;
     while (n > 0 && is_py_space(code_point(s, n, &k))) {
@@ -166,6 +168,7 @@ int qlt_chat_encode(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *
                     int n_msgs, int train_all, qlt_ids *ids, qlt_ids *labels) {
     if (t == QLT_CHAT_TEMPLATE_MISTRAL) return mistral_encode(tok, enc, msgs, n_msgs, train_all, ids, labels);
     if (t == QLT_CHAT_TEMPLATE_PHI3) return phi3_encode(tok, enc, msgs, n_msgs, train_all, ids, labels);
+    if (t == QLT_CHAT_TEMPLATE_GEMMA) return qlt_chat_gemma_encode(tok, enc, msgs, n_msgs, train_all, ids, labels);
     if (t == QLT_CHAT_TEMPLATE_CHATML) {
         int32_t start = qlt_tokenizer_token_id(tok, "<|im_start|>"), end = qlt_tokenizer_token_id(tok, "<|im_end|>");
         for (int m = 0; m < n_msgs; m++) {
@@ -191,7 +194,7 @@ int qlt_chat_encode(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *
         qlt_labeled_push(ids, labels, hend, train_all);
         QLT_TRY(qlt_labeled_text(enc, "\n\n", train_all, ids, labels));
         size_t len;
-        const char *content = trimmed(msgs[m].content, &len);
+        const char *content = qlt_chat_trim(msgs[m].content, &len);
         QLT_TRY(qlt_labeled_span(enc, content, len, train, ids, labels));
         qlt_labeled_push(ids, labels, eot, train);
     }
@@ -204,6 +207,8 @@ int qlt_chat_encode_prompt(qlt_chat_template t, const qlt_tokenizer *tok, qlt_en
     int rc = qlt_chat_encode(t, tok, enc, msgs, n_msgs, 1, ids, &labels);
     if (t == QLT_CHAT_TEMPLATE_MISTRAL) {
         /* the prompt ends in [/INST]: the assistant's turn needs no header */
+    } else if (rc == 0 && t == QLT_CHAT_TEMPLATE_GEMMA) {
+        rc = qlt_chat_gemma_prompt_tail(tok, enc, ids, &labels);
     } else if (rc == 0 && t == QLT_CHAT_TEMPLATE_PHI3) {
         qlt_labeled_push(ids, &labels, qlt_tokenizer_token_id(tok, "<|assistant|>"), 1);
         rc = qlt_labeled_text(enc, "\n", 1, ids, &labels);
@@ -223,6 +228,7 @@ int qlt_chat_encode_prompt(qlt_chat_template t, const qlt_tokenizer *tok, qlt_en
 int32_t qlt_chat_end_of_turn(qlt_chat_template t, const qlt_tokenizer *tok) {
     static const char *const end[QLT_CHAT_TEMPLATE_COUNT] = {
         [QLT_CHAT_TEMPLATE_CHATML] = "<|im_end|>", [QLT_CHAT_TEMPLATE_LLAMA3] = "<|eot_id|>",
-        [QLT_CHAT_TEMPLATE_MISTRAL] = "</s>", [QLT_CHAT_TEMPLATE_PHI3] = "<|end|>"};
+        [QLT_CHAT_TEMPLATE_MISTRAL] = "</s>", [QLT_CHAT_TEMPLATE_PHI3] = "<|end|>",
+        [QLT_CHAT_TEMPLATE_GEMMA] = "<end_of_turn>"};
     return t > QLT_CHAT_TEMPLATE_AUTO && t < QLT_CHAT_TEMPLATE_COUNT ? qlt_tokenizer_token_id(tok, end[t]) : -1;
 }

@@ -12,6 +12,7 @@
  *                    assistant are refused.
  *   phi3:            per message <|ROLE|>\nCONTENT<|end|>\n (Phi-3 / Phi-3.5 / Phi-4-mini; ROLE system, user or
  *                    assistant, each a token of the tokenizer)
+ *   gemma:           <bos>, then per message <start_of_turn>ROLE\nCONTENT<end_of_turn>\n (chat_template_gemma.h)
  * Loss is on assistant messages only: their CONTENT and the end-of-turn token (<|im_end|>, <|eot_id|>, </s>,
  * <|end|>); headers, the trailing "\n" of chatml and phi3 and every other role are masked. Template tokens are emitted by
  * id; ROLE, CONTENT and the newlines are encoded separately (so a mask boundary is always a token
@@ -44,6 +45,9 @@ int qlt_chat_encode(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *
  * "<|assistant|>\n"; nothing for mistral, whose prompt ends in [/INST]). */
 int qlt_chat_encode_prompt(qlt_chat_template t, const qlt_tokenizer *tok, qlt_encoder *enc,
                            const qlt_chat_message *msgs, int n_msgs, qlt_ids *ids);
+/* content with leading and trailing white space removed, as Jinja's `| trim` renders it (Llama-3's and
+ * Gemma's templates): *len bytes from the returned pointer. */
+const char *qlt_chat_trim(const char *content, size_t *len);
 /* The token that ends a turn in template t (<|im_end|>, <|eot_id|>, </s>, <|end|>). */
 int32_t qlt_chat_end_of_turn(qlt_chat_template t, const qlt_tokenizer *tok);
 

@@ -3,7 +3,9 @@
  *   k and v stored into the cache rows pos[i]; attn = attention_decode(q, cache);
  *   x2 = x + attn W_o^T (+LoRA), xn = rmsnorm(x2) (one fused op); gu = xn [W_gate; W_up]^T (+LoRA);
  *   x = x2 + swiglu(gu) W_down^T (+LoRA).
- * The last token's hidden state goes through the final norm and the lm_head. */
+ * Gemma 2 / 3: embeddings x sqrt(hidden), each layer kind's RoPE, soft-capped scores, a norm after attention and after
+ * the MLP, GeGLU (as model/forward_gemma.c on the tape).
+ * The last token's hidden state goes through the final norm and the lm_head (Gemma 2: then the final soft-cap). */
 #include "infer/kv_decoder.h"
 
 #include <stdint.h>
@@ -12,6 +14,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "model/gemma_model.h"
 
 static void *alloc_or_null(qlt_backend *be, size_t bytes, int *failed, size_t *total) {
     *total += bytes;
@@ -135,8 +138,10 @@ static void forward_chunk(qlt_kv_decoder *d, int64_t n) {
     const int64_t inter = c->intermediate;
     const float scale = qlt_model_attn_scale(c);
     be->embed(be, d->x, d->ids, &m->embed, n);
+    if (c->gemma) be->scale_inplace(be, d->x, n * c->hidden, qlt_gemma_embed_scale(c, be->act_dtype));
     for (int l = 0; l < c->n_layers; l++) {
         const qlt_layer *L = &m->layers[l];
+        const float *inv_freq = qlt_model_layer_local_rope(c, l) ? m->inv_freq_local : m->inv_freq; /* Gemma's two */
         be->rmsnorm_fwd(be, d->xn, d->rstd, d->x, L->attn_norm, n, c->hidden, c->rms_eps);
         void *qkv_out[3] = {d->q, d->k_new, d->v_new};
         const int64_t qkv_ld[3] = {qdim, kvdim, kvdim};
@@ -147,38 +152,54 @@ static void forward_chunk(qlt_kv_decoder *d, int64_t n) {
         add_adapters(d, l, QLT_PROJ_Q, 3, qkv_out, qkv_ld, d->xn, n, c->hidden);
         const void *q_final = d->q, *k_final = d->k_new;
         if (c->qk_norm) {
-            be->head_norm_rope_fwd(be, d->qn, d->rstd, d->q, L->q_norm, d->pos, m->inv_freq, n, c->n_heads,
+            be->head_norm_rope_fwd(be, d->qn, d->rstd, d->q, L->q_norm, d->pos, inv_freq, n, c->n_heads, c->head_dim,
+                                   c->rms_eps);
+            be->head_norm_rope_fwd(be, d->k_rot, d->rstd, d->k_new, L->k_norm, d->pos, inv_freq, n, c->n_kv_heads,
                                    c->head_dim, c->rms_eps);
-            be->head_norm_rope_fwd(be, d->k_rot, d->rstd, d->k_new, L->k_norm, d->pos, m->inv_freq, n,
-                                   c->n_kv_heads, c->head_dim, c->rms_eps);
             q_final = d->qn;
             k_final = d->k_rot;
         } else {
-            be->rope(be, d->q, d->pos, m->inv_freq, n, c->n_heads, c->head_dim, 0);
-            be->rope(be, d->k_new, d->pos, m->inv_freq, n, c->n_kv_heads, c->head_dim, 0);
+            be->rope(be, d->q, d->pos, inv_freq, n, c->n_heads, c->head_dim, 0);
+            be->rope(be, d->k_new, d->pos, inv_freq, n, c->n_kv_heads, c->head_dim, 0);
         }
         be->kv_store(be, d->k_cache[l], d->v_cache[l], k_final, d->v_new, d->pos, n, kvdim);
         /* the launch sized for the whole cache, the same in every step: eager and replayed steps add alike */
-        be->attention_decode(be, d->attn, q_final, d->k_cache[l], d->v_cache[l], d->pos, d->max_len, n, c->n_heads,
-                             c->n_kv_heads, c->head_dim, scale, qlt_model_layer_window(c, l));
+        if (c->attn_softcap > 0)
+            be->attention_decode_softcap(be, d->attn, q_final, d->k_cache[l], d->v_cache[l], d->pos, d->max_len, n,
+                                         c->n_heads, c->n_kv_heads, c->head_dim, scale, qlt_model_layer_window(c, l),
+                                         c->attn_softcap);
+        else
+            be->attention_decode(be, d->attn, q_final, d->k_cache[l], d->v_cache[l], d->pos, d->max_len, n,
+                                 c->n_heads, c->n_kv_heads, c->head_dim, scale, qlt_model_layer_window(c, l));
         const qlt_weight *wo = &L->proj[QLT_PROJ_O];
         be->linear_fwd(be, d->o, d->attn, &wo, 1, NULL, n);
         void *o_out[1] = {d->o};
         const int64_t o_ld[1] = {c->hidden};
         add_adapters(d, l, QLT_PROJ_O, 1, o_out, o_ld, d->attn, n, qdim);
-        be->add_rmsnorm_fwd(be, d->x2, d->xn, d->rstd, d->x, d->o, L->mlp_norm, n, c->hidden, c->rms_eps);
+        const void *attn_out = d->o;
+        if (c->gemma) { /* Gemma's norm after attention, into down (free until the MLP) */
+            be->rmsnorm_fwd(be, d->down, d->rstd, d->o, L->post_attn_norm, n, c->hidden, c->rms_eps);
+            attn_out = d->down;
+        }
+        be->add_rmsnorm_fwd(be, d->x2, d->xn, d->rstd, d->x, attn_out, L->mlp_norm, n, c->hidden, c->rms_eps);
         const qlt_weight *wgu[2] = {&L->proj[QLT_PROJ_GATE], &L->proj[QLT_PROJ_UP]};
         be->linear_fwd(be, d->gu, d->xn, wgu, 2, NULL, n);
         void *gu_out[2] = {d->gu, (char *)d->gu + es * (size_t)inter};
         const int64_t gu_ld[2] = {2 * inter, 2 * inter};
         add_adapters(d, l, QLT_PROJ_GATE, 2, gu_out, gu_ld, d->xn, n, c->hidden);
-        be->swiglu_fwd(be, d->act, d->gu, n, inter);
+        if (c->gemma) be->geglu_fwd(be, d->act, d->gu, n, inter);
+        else be->swiglu_fwd(be, d->act, d->gu, n, inter);
         const qlt_weight *wd = &L->proj[QLT_PROJ_DOWN];
         be->linear_fwd(be, d->down, d->act, &wd, 1, NULL, n);
         void *down_out[1] = {d->down};
         const int64_t down_ld[1] = {c->hidden};
         add_adapters(d, l, QLT_PROJ_DOWN, 1, down_out, down_ld, d->act, n, inter);
-        be->add(be, d->x, d->x2, d->down, n * c->hidden);
+        const void *mlp_out = d->down;
+        if (c->gemma) { /* Gemma's norm after the MLP, into o (free by now) */
+            be->rmsnorm_fwd(be, d->o, d->rstd, d->down, L->post_mlp_norm, n, c->hidden, c->rms_eps);
+            mlp_out = d->o;
+        }
+        be->add(be, d->x, d->x2, mlp_out, n * c->hidden);
     }
 }
 
@@ -189,7 +210,7 @@ static void row_logits_device(qlt_kv_decoder *d, int64_t i) {
     const int64_t hidden = m->cfg.hidden;
     const void *row = (const char *)d->x + qlt_dtype_size(be->act_dtype) * (size_t)(i * hidden);
     be->rmsnorm_fwd(be, d->xn, d->rstd, row, m->final_norm, 1, hidden, m->cfg.rms_eps);
-    be->logits(be, d->logits, d->xn, &m->lm_head, 1);
+    qlt_model_logits(m, d->logits, d->xn, 1); /* Gemma 2: the final soft-cap */
 }
 
 /* logits of row i of d->x into host out [vocab] */

@@ -4,6 +4,7 @@
 #include "model/forward.h"
 
 #include "common/error.h"
+#include "model/gemma_model.h"
 
 size_t qlt_loss_scratch_bytes(const qlt_model *m, int64_t n) {
     return m->be->loss_scratch_bytes(m->be, n, m->cfg.vocab);
@@ -37,6 +38,7 @@ static int layer_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *
     qlt_lora_ref refs[QLT_PROJ_COUNT];
     const qlt_lora_ref *lr[QLT_PROJ_COUNT];
     for (int p = 0; p < QLT_PROJ_COUNT; p++) lr[p] = lora_ref(opts, l, (qlt_proj)p, &refs[p]);
+    if (c->gemma) return qlt_gemma_layer_forward(g, m, b, l, h, lr); /* forward_gemma.c */
     int xn = qlt_ag_rmsnorm(g, h, L->attn_norm, n, c->hidden, c->rms_eps);
     const qlt_proj_group *gqkv = &qlt_proj_groups[QLT_GROUP_QKV];
     const qlt_weight *qkv_w[3];
@@ -117,6 +119,8 @@ int qlt_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *b, const 
     qlt_graph_touch(g, g->values[h].data);
     qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
     if (!g->planning) be->embed(be, g->values[h].data, b->input_ids, &m->embed, n);
+    if (!g->planning && c->gemma) /* Gemma: embeddings x sqrt(hidden) */
+        be->scale_inplace(be, g->values[h].data, n * c->hidden, qlt_gemma_embed_scale(c, be->act_dtype));
     if (!opts->recompute) {
         for (int l = 0; l < c->n_layers; l++) h = layer_forward(g, m, b, opts, l, h);
     } else {
@@ -147,7 +151,10 @@ int qlt_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *b, const 
         qlt_graph_touch(g, g->values[hf].data);
         qlt_graph_touch(g, dx);
         qlt_graph_phase(g, QLT_PHASE_LOSS);
-        if (!g->planning)
+        if (!g->planning && c->final_softcap > 0)
+            be->lm_head_loss_softcap(be, opts->scalars, dx, opts->loss_scratch, g->values[hf].data, &m->lm_head,
+                                     b->targets, n, c->final_softcap);
+        else if (!g->planning)
             be->lm_head_loss(be, opts->scalars, dx, opts->loss_scratch, g->values[hf].data, &m->lm_head, b->targets, n);
     }
     return hf;

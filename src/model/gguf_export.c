@@ -17,6 +17,8 @@ const char *qlt_gguf_arch_name(qlt_arch arch) {
     case QLT_ARCH_QWEN3: return "qwen3";
     case QLT_ARCH_LLAMA:
     case QLT_ARCH_MISTRAL: return "llama";
+    case QLT_ARCH_GEMMA2: return "gemma2"; /* not exported: qlt_gguf_export refuses Gemma */
+    case QLT_ARCH_GEMMA3: return "gemma3";
     }
     return "llama";
 }
@@ -103,6 +105,9 @@ static uint32_t file_type(qlt_gguf_type t) { /* llama_ftype */
 /* Hyper-parameters, in the converter's order. */
 static int add_hparams(qlt_gguf_writer *w, const qlt_merge *m, const cJSON *cfg, qlt_gguf_type type) {
     const qlt_model_config *c = &m->cfg;
+    if (c->gemma) /* llama.cpp's Gemma keys (soft-caps, window pattern, norms) are not written */
+        return qlt_fail("%s: merge --format gguf does not support %s yet: merge to safetensors (the default) and "
+                        "convert with llama.cpp's convert_hf_to_gguf.py", m->model_dir, c->arch_name);
     const char *arch = qlt_gguf_arch_name(c->arch);
     char key[128];
     const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(cfg, "max_position_embeddings");

@@ -10,6 +10,7 @@
 #include "common/fileutil.h"
 #include "formats/bnb_checkpoint.h"
 #include "formats/safetensors.h"
+#include "model/gemma_model.h"
 #include "nf4/nf4.h"
 
 static const char *proj_names[QLT_PROJ_COUNT] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
@@ -41,6 +42,7 @@ static int load_vector(qlt_model *m, const qlt_st_dir *d, const char *dir, const
     QLT_TRY(find_tensor(d, dir, name, 1, &n, &t));
     float *host = qlt_xmalloc(sizeof(float) * (size_t)n);
     qlt_st_read_f32(t, host);
+    qlt_gemma_fold_norm(&m->cfg, name, host, n);
     *out = m->be->alloc(m->be, sizeof(float) * (size_t)n);
     if (!*out) {
         free(host);
@@ -91,6 +93,7 @@ int qlt_model_finish(qlt_model *m) {
     if (m->inv_freq) m->be->upload(m->be, m->inv_freq, inv, bytes);
     free(inv);
     if (!m->inv_freq) return qlt_fail("out of %s memory", m->be->name);
+    QLT_TRY(qlt_gemma_finish(m));
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const qlt_layer *L = &m->layers[l];
         const qlt_weight *gate_up[2] = {&L->proj[QLT_PROJ_GATE], &L->proj[QLT_PROJ_UP]};
@@ -107,6 +110,7 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
     memset(m, 0, sizeof *m);
     m->be = be;
     QLT_TRY(qlt_model_config_load(&m->cfg, dir));
+    QLT_TRY(qlt_gemma_backend_check(&m->cfg, be, dir)); /* before any weight is read */
     const qlt_model_config *c = &m->cfg;
     qlt_bnb_config bnb;
     int pre_quantized = qlt_bnb_detect(dir, &bnb);
@@ -138,8 +142,14 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
         qlt_layer *L = &m->layers[l];
         snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
         if (load_vector(m, &d, dir, name, h, &L->attn_norm)) goto done;
-        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+        snprintf(name, sizeof name, "model.layers.%d.%s.weight", l,
+                 c->gemma ? "pre_feedforward_layernorm" : "post_attention_layernorm");
         if (load_vector(m, &d, dir, name, h, &L->mlp_norm)) goto done;
+        for (int i = 0; c->gemma && i < 2; i++) { /* Gemma's norms after attention and after the MLP */
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l,
+                     i ? "post_feedforward_layernorm" : "post_attention_layernorm");
+            if (load_vector(m, &d, dir, name, h, i ? &L->post_mlp_norm : &L->post_attn_norm)) goto done;
+        }
         for (int p = 0; p < QLT_PROJ_COUNT; p++) {
             int64_t rows, cols;
             qlt_model_proj_shape(c, p, &rows, &cols);
@@ -180,6 +190,8 @@ void qlt_model_free(qlt_model *m) {
             qlt_layer *L = &m->layers[l];
             be->free(be, L->attn_norm);
             be->free(be, L->mlp_norm);
+            be->free(be, L->post_attn_norm);
+            be->free(be, L->post_mlp_norm);
             for (int p = 0; p < QLT_PROJ_COUNT; p++)
                 if (L->proj[p].data || L->proj[p].nf4.codes) be->weight_free(be, &L->proj[p]);
             for (int p = 0; p < 3; p++) be->free(be, L->bias[p]);
@@ -192,5 +204,6 @@ void qlt_model_free(qlt_model *m) {
     if (!m->lm_head_shared && m->lm_head.data) be->weight_free(be, &m->lm_head);
     be->free(be, m->final_norm);
     be->free(be, m->inv_freq);
+    be->free(be, m->inv_freq_local);
     memset(m, 0, sizeof *m);
 }

@@ -26,7 +26,8 @@ const char *qlt_proj_parent(qlt_proj p); /* "self_attn" or "mlp" */
 
 typedef struct qlt_layer {
     float *attn_norm;            /* [hidden] input_layernorm */
-    float *mlp_norm;             /* [hidden] post_attention_layernorm */
+    float *mlp_norm;             /* [hidden] post_attention_layernorm (Gemma: pre_feedforward_layernorm) */
+    float *post_attn_norm, *post_mlp_norm; /* [hidden] Gemma's post_attention_ / post_feedforward_layernorm, else NULL */
     qlt_weight proj[QLT_PROJ_COUNT]; /* q [nh*hd, H], k/v [nkv*hd, H], o [H, nh*hd], gate/up [I, H], down [H, I] */
     float *bias[3];              /* q/k/v bias [out] or NULL */
     float *q_norm, *k_norm;      /* [head_dim] (Qwen3) or NULL */
@@ -41,6 +42,7 @@ typedef struct qlt_model {
     int lm_head_shared;
     float *final_norm;   /* [hidden] */
     float *inv_freq;     /* [head_dim / 2] RoPE frequencies */
+    float *inv_freq_local; /* [head_dim / 2] Gemma's sliding layers' RoPE frequencies, else NULL */
     qlt_layer *layers;   /* [n_layers] */
     int quantized;       /* linear layers are NF4 */
 } qlt_model;

@@ -13,6 +13,7 @@
 #include "formats/bnb_checkpoint.h"
 #include "formats/gguf.h"
 #include "formats/gguf_dequant.h"
+#include "model/gemma_config.h"
 
 static const struct {
     const char *name;
@@ -22,6 +23,8 @@ static const struct {
     {"Qwen2ForCausalLM", QLT_ARCH_QWEN2},
     {"Qwen3ForCausalLM", QLT_ARCH_QWEN3},
     {"MistralForCausalLM", QLT_ARCH_MISTRAL},
+    {"Gemma2ForCausalLM", QLT_ARCH_GEMMA2},
+    {"Gemma3ForCausalLM", QLT_ARCH_GEMMA3},
 };
 
 static int get_int(const cJSON *root, const char *key, int required, int def, int *out, const char *path) {
@@ -181,7 +184,7 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
     const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
     if (!cJSON_IsString(a0)) {
         qlt_fail("%s: missing 'architectures' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                 "MistralForCausalLM)", path);
+                 "MistralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)", path);
         goto done;
     }
     int found = 0;
@@ -196,13 +199,18 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
         const char *why = strcmp(a0->valuestring, "Phi3ForCausalLM") == 0
                               ? " yet (its fused qkv_proj / gate_up_proj with their LoRA and LongRoPE are not "
                                 "implemented)"
+                          : strcmp(a0->valuestring, "Gemma3ForConditionalGeneration") == 0
+                              ? " (the text model is: a Gemma3ForCausalLM directory of its text_config and "
+                                "language model weights)"
                               : "";
         qlt_fail("%s: architecture '%s' is not supported%s (supported: LlamaForCausalLM, Qwen2ForCausalLM, "
-                 "Qwen3ForCausalLM, MistralForCausalLM)", path, a0->valuestring, why);
+                 "Qwen3ForCausalLM, MistralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)", path, a0->valuestring,
+                 why);
         goto done;
     }
     snprintf(mc->arch_name, sizeof mc->arch_name, "%s", a0->valuestring);
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    const int gemma = qlt_arch_is_gemma(mc->arch); /* Gemma's activation: gemma_config.c */
+    const cJSON *act = gemma ? NULL : cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
     if (act && !cJSON_IsNull(act) && !cJSON_IsString(act)) {
         qlt_fail("%s: hidden_act must be a string (only \"silu\" is supported)", path);
         goto done;
@@ -223,7 +231,7 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
                  "and vocab_size must be positive", path);
         goto done;
     }
-    if (get_int(root, "head_dim", 0, mc->hidden / mc->n_heads, &mc->head_dim, path)) goto done;
+    if (get_int(root, "head_dim", 0, gemma ? 256 : mc->hidden / mc->n_heads, &mc->head_dim, path)) goto done;
     const cJSON *max_pos = cJSON_GetObjectItemCaseSensitive(root, "max_position_embeddings"); /* informational */
     mc->context_length = cJSON_IsNumber(max_pos) && max_pos->valuedouble >= 1 && max_pos->valuedouble <= 1e9
                              ? (int)max_pos->valuedouble
@@ -245,15 +253,15 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
         goto done;
     }
     mc->rms_eps = (float)eps;
-    if (parse_rope(mc, root, path)) goto done;
+    if (gemma ? qlt_gemma_config_parse(mc, root, path) : parse_rope(mc, root, path)) goto done;
     if (!(mc->rope_theta > 0 && isfinite(mc->rope_theta))) { /* theta <= 0 makes the rotary angles NaN */
         qlt_fail("%s: rope_theta must be a positive number (got %g)", path, mc->rope_theta);
         goto done;
     }
-    if (get_bool(root, "tie_word_embeddings", 0, &mc->tie_word_embeddings, path)) goto done;
+    if (get_bool(root, "tie_word_embeddings", gemma, &mc->tie_word_embeddings, path)) goto done;
     if (get_bool(root, "attention_bias", mc->arch == QLT_ARCH_QWEN2, &mc->attention_bias, path)) goto done;
     if (mc->arch == QLT_ARCH_QWEN2) mc->attention_bias = 1; /* Qwen2 always has q/k/v bias */
-    mc->qk_norm = mc->arch == QLT_ARCH_QWEN3;
+    mc->qk_norm = mc->arch == QLT_ARCH_QWEN3 || mc->arch == QLT_ARCH_GEMMA3;
     int mlp_bias = 0;
     if (get_bool(root, "mlp_bias", 0, &mlp_bias, path)) goto done;
     if (mlp_bias) {
@@ -431,6 +439,7 @@ void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq) {
         float expo = (float)(2 * i) / (float)mc->head_dim;
         double f = 1.0 / pow(mc->rope_theta, (double)expo);
         if (mc->rope_type == QLT_ROPE_FACTORS) f /= mc->rope_factors[i]; /* llama.cpp: theta / freq_factor */
+        if (mc->rope_type == QLT_ROPE_LINEAR) f /= mc->rope_factor;         /* transformers: inv_freq / factor */
         if (mc->rope_type == QLT_ROPE_LLAMA3) {
             double low_wavelen = mc->rope_original_max_pos / mc->rope_low_freq_factor;
             double high_wavelen = mc->rope_original_max_pos / mc->rope_high_freq_factor;
@@ -447,7 +456,20 @@ void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq) {
     }
 }
 
-float qlt_model_attn_scale(const qlt_model_config *mc) { return (float)pow((double)mc->head_dim, -0.5); }
+void qlt_model_rope_inv_freq_local(const qlt_model_config *mc, float *inv_freq) {
+    qlt_model_config local = *mc; /* the same formula over the sliding layers' base and scaling */
+    if (mc->gemma) {
+        local.rope_theta = mc->rope_local_theta;
+        local.rope_type = mc->rope_local_type;
+        local.rope_factor = mc->rope_local_factor;
+    }
+    qlt_model_rope_inv_freq(&local, inv_freq);
+}
+
+/* Gemma: query_pre_attn_scalar ** -0.5 */
+float qlt_model_attn_scale(const qlt_model_config *mc) {
+    return (float)pow(mc->query_pre_attn_scalar > 0 ? mc->query_pre_attn_scalar : (double)mc->head_dim, -0.5);
+}
 
 void qlt_model_proj_shape(const qlt_model_config *mc, int p, int64_t *rows, int64_t *cols) {
     int64_t h = mc->hidden, qd = (int64_t)mc->n_heads * mc->head_dim, kvd = (int64_t)mc->n_kv_heads * mc->head_dim;
@@ -470,7 +492,7 @@ int64_t qlt_model_linear_params(const qlt_model_config *mc) {
 
 int64_t qlt_model_total_params(const qlt_model_config *mc) {
     int64_t h = mc->hidden, q = (int64_t)mc->n_heads * mc->head_dim, kv = (int64_t)mc->n_kv_heads * mc->head_dim;
-    int64_t per_layer = 2 * h + (mc->attention_bias ? q + 2 * kv : 0) + (mc->qk_norm ? 2 * mc->head_dim : 0);
+    int64_t per_layer = (mc->gemma ? 4 : 2) * h + (mc->attention_bias ? q + 2 * kv : 0) + (mc->qk_norm ? 2 * mc->head_dim : 0);
     int64_t emb = (int64_t)mc->vocab * h;
     return qlt_model_linear_params(mc) + per_layer * mc->n_layers + h + emb * (mc->tie_word_embeddings ? 1 : 2);
 }

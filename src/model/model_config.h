@@ -1,6 +1,7 @@
 /* model_config.h: the architecture of a Hugging Face decoder-only model, read from its config.json or
  * from a llama.cpp GGUF file's metadata. Supported: LlamaForCausalLM, Qwen2ForCausalLM (q/k/v bias),
- * Qwen3ForCausalLM (q/k RMSNorm per head), MistralForCausalLM (sliding-window attention) (GGUF: general.architecture llama, mistral,
+ * Qwen3ForCausalLM (q/k RMSNorm per head), MistralForCausalLM (sliding-window attention), Gemma2ForCausalLM and
+ * Gemma3ForCausalLM (model/gemma_config.c) (GGUF: general.architecture llama, mistral,
  * qwen2, qwen3). RoPE: default and llama3 scaling (rope_theta either top level or under rope_parameters,
  * transformers 5), or a GGUF file's rope_freqs.weight divisors. */
 #ifndef QLT_MODEL_CONFIG_H
@@ -14,12 +15,15 @@ typedef enum qlt_arch {
     QLT_ARCH_QWEN2,
     QLT_ARCH_QWEN3,
     QLT_ARCH_MISTRAL,
+    QLT_ARCH_GEMMA2, /* Gemma2ForCausalLM (model/gemma_config.c) */
+    QLT_ARCH_GEMMA3, /* Gemma3ForCausalLM, the text model */
 } qlt_arch;
 
 typedef enum qlt_rope_type {
     QLT_ROPE_DEFAULT = 0,
     QLT_ROPE_LLAMA3,
     QLT_ROPE_FACTORS, /* default frequencies divided by rope_factors[i] (llama.cpp's rope_freqs.weight) */
+    QLT_ROPE_LINEAR,  /* default frequencies divided by rope_factor (transformers' "linear"; Gemma 3) */
 } qlt_rope_type;
 
 #define QLT_MAX_ROPE_FACTORS 256 /* head_dim / 2 for the largest head_dim (512) */
@@ -50,6 +54,17 @@ typedef struct qlt_model_config {
     /* which layers slide (1) and which attend fully (0): every layer for Mistral; Qwen2 the layers from
      * max_window_layers on; transformers 5 lists them in layer_types. Read only when sliding_window > 0. */
     unsigned char layer_sliding[QLT_MAX_LAYERS];
+    /* Gemma 2 / 3 (model/gemma_config.c; 0 for the other families) */
+    int gemma;                    /* Gemma's layer: (1 + w) norms, post-norms around attention and MLP, GeGLU, embeddings
+                                     scaled by sqrt(hidden) */
+    double query_pre_attn_scalar; /* the attention scale is query_pre_attn_scalar ** -0.5 (0: head_dim's) */
+    float attn_softcap;           /* attn_logit_softcapping: scores s -> cap tanh(s / cap); 0 = none */
+    float final_softcap;          /* final_logit_softcapping: logits likewise; 0 = none */
+    /* sliding layers' RoPE (Gemma: rope_local_base_freq / rope_parameters.sliding_attention); the fields above
+     * (rope_theta, rope_type, rope_factor) are the full-attention layers' */
+    double rope_local_theta;
+    qlt_rope_type rope_local_type; /* QLT_ROPE_DEFAULT or QLT_ROPE_LINEAR */
+    double rope_local_factor;
 } qlt_model_config;
 
 /* The window of layer l (0: full causal attention). */
@@ -73,6 +88,12 @@ struct qlt_gguf;
 int qlt_model_config_from_gguf(qlt_model_config *mc, const struct qlt_gguf *g);
 /* inv_freq[i], i < head_dim/2, with the config's RoPE scaling applied (as transformers computes it). */
 void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq);
+/* inv_freq of the sliding layers' own RoPE (Gemma; the same as qlt_model_rope_inv_freq for the others). */
+void qlt_model_rope_inv_freq_local(const qlt_model_config *mc, float *inv_freq);
+/* Whether layer l uses the sliding layers' RoPE (Gemma's sliding layers). */
+static inline int qlt_model_layer_local_rope(const qlt_model_config *mc, int l) {
+    return mc->gemma && l < QLT_MAX_LAYERS && mc->layer_sliding[l];
+}
 /* The attention softmax scale as transformers forms it: head_dim ** -0.5 in Python (C pow in double),
  * then handed to the float32 kernel. 1.0f / sqrtf(head_dim) is 1 ulp off for e.g. 96 and 112. */
 float qlt_model_attn_scale(const qlt_model_config *mc);

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "common/rng.h"
+#include "model/gemma_model.h"
 #include "model/model.h"
 
 /* x[i] uniform with standard deviation `std` (|x| <= std * sqrt(3)), from a counter hash of (seed, i):
@@ -42,6 +43,7 @@ static float *const_vector(qlt_model *m, int64_t n, float value) {
 int qlt_model_init_random(qlt_model *m, qlt_backend *be, const qlt_model_config *cfg, uint64_t seed,
                           const qlt_model_load_opts *opts) {
     memset(m, 0, sizeof *m);
+    QLT_TRY(qlt_gemma_backend_check(cfg, be, cfg->arch_name));
     m->be = be;
     m->cfg = *cfg;
     const qlt_model_config *c = &m->cfg;
@@ -71,6 +73,9 @@ int qlt_model_init_random(qlt_model *m, qlt_backend *be, const qlt_model_config 
     for (int l = 0; l < c->n_layers; l++) {
         qlt_layer *L = &m->layers[l];
         if (!(L->attn_norm = const_vector(m, h, 1.0f)) || !(L->mlp_norm = const_vector(m, h, 1.0f))) goto oom;
+        if (c->gemma && (!(L->post_attn_norm = const_vector(m, h, 1.0f)) ||
+                         !(L->post_mlp_norm = const_vector(m, h, 1.0f))))
+            goto oom;
         for (int p = 0; p < QLT_PROJ_COUNT; p++) {
             int64_t rows, cols;
             qlt_model_proj_shape(c, p, &rows, &cols);

@@ -190,7 +190,8 @@ static const char *config_token(const cJSON *cfg, const char *key) {
 }
 
 /* The built-in template a chat template's text is recognisably written for: "chatml" (<|im_start|>),
- * "llama3" (<|start_header_id|>), "mistral" ([INST]) or "phi3" (<|end|> and <|assistant|>: Phi-3's templates
+ * "llama3" (<|start_header_id|>), "mistral" ([INST]), "gemma" (<start_of_turn>) or "phi3" (<|end|> and
+ * <|assistant|>: Phi-3's templates
  * write the other roles' headers as '<|' + role + '|>'), when exactly one of
  * them matches; NULL for anything else. A tokenizer_config.json may hold the template as
  * a string or as a list of {"name", "template"} (the one named "default" counts). */
@@ -206,7 +207,8 @@ static const char *recognise_chat_template(const cJSON *v) {
     } known[] = {{"chatml", {"<|im_start|>", NULL}},
                  {"llama3", {"<|start_header_id|>", NULL}},
                  {"mistral", {"[INST]", NULL}},
-                 {"phi3", {"<|end|>", "<|assistant|>"}}};
+                 {"phi3", {"<|end|>", "<|assistant|>"}},
+                 {"gemma", {"<start_of_turn>", NULL}}};
     const char *found = NULL;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         int all = 1;

@@ -337,6 +337,52 @@ Test(dataset, chat_phi3_trains_assistant_turns) {
     free(tcfg);
 }
 
+/* Gemma's template: <bos>, then <start_of_turn>ROLE\nCONTENT<end_of_turn>\n per message (the assistant's ROLE is
+ * "model", CONTENT trimmed, a first system message opening the first user turn), loss on the model's content and
+ * <end_of_turn>. The tokenizer is tok-qwen2style with Gemma's three tokens added (3003..3005); it also has
+ * <|im_start|>, so auto takes gemma only from tokenizer_config.json's template. Ids from Hugging Face tokenizers
+ * of the whole text; a role Gemma's template does not know is refused. */
+Test(dataset, chat_gemma_trains_model_turns) {
+    char *text, *tok = qlt_path_join(tmpdir, "tokenizer.json"), *tcfg = qlt_path_join(tmpdir, "tokenizer_config.json");
+    cr_assert_eq(qlt_read_file(TOK, &text, NULL), 0);
+    char *at = strstr(text, "\"content\": \"<|im_end|>\"");
+    cr_assert(at);
+    at = strstr(at, "}");
+    *at = '\0';
+    char *edited;
+    cr_assert(asprintf(&edited, "%s}, {\"id\": 3003, \"content\": \"<bos>\", \"special\": true}, {\"id\": 3004, "
+                                "\"content\": \"<start_of_turn>\", \"special\": true}, {\"id\": 3005, \"content\": "
+                                "\"<end_of_turn>\", \"special\": true}%s", text, at + 1) > 0);
+    test_write_text(tok, edited);
+    free(edited);
+    free(text);
+    test_write_text(tcfg, "{\"chat_template\": \"{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + "
+                          "message['role'] + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}\"}");
+    char *path = write_file("a.jsonl", "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
+                                       " {\"role\": \"user\", \"content\": \"  Hi \\n\"}, {\"role\": \"assistant\", "
+                                       "\"content\": \"Yo\"}]}\n");
+    qlt_config cfg = make_cfg(QLT_DATA_FORMAT_CHAT, 23, 0);
+    cfg.data.tokenizer = tok;
+    qlt_dataset ds;
+    build_ok(&ds, &cfg, path);
+    const int32_t ids[23] = {3003, 3004, 1769, 198, 33, 68, 307, 360, 68,  69, 383, 39,
+                             72,   3005, 198,  3004, 1528, 198, 56, 78, 3005, 198, EOS};
+    int32_t labels[23];
+    for (int i = 0; i < 23; i++) labels[i] = X;
+    for (int i = 18; i <= 20; i++) labels[i] = ids[i]; /* "Yo" <end_of_turn> */
+    expect_row(&ds, 0, ids, labels, NULL);
+    qlt_dataset_free(&ds);
+    free(path);
+    path = write_file("b.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"tool\", "
+                                 "\"content\": \"Yo\"}]}\n");
+    qlt_path_list files = {1, {path}};
+    cr_assert_eq(qlt_dataset_build(&ds, &cfg, &files, NULL, NULL), -1);
+    cr_assert(strstr(qlt_error(), "role 'tool'") && strstr(qlt_error(), "gemma"), "%s", qlt_error());
+    free(path);
+    free(tok);
+    free(tcfg);
+}
+
 Test(dataset, tokens_format) {
     char *path = write_file("a.jsonl", "{\"input_ids\": [5, 6, 7]}\n{\"input_ids\": [1, 2, 3], \"labels\": [-100, -100, 3]}\n");
     qlt_config cfg = make_cfg(QLT_DATA_FORMAT_TOKENS, 4, 0);

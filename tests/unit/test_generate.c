@@ -69,7 +69,8 @@ typedef struct fixture_name {
 } fixture_name;
 
 ParameterizedTestParameters(generate, decode_matches_golden) {
-    static fixture_name names[] = {{"tiny-llama"}, {"tiny-qwen2"}, {"tiny-qwen3"}, {"tiny-mistral"}, {"tiny-qwen2-swa"}};
+    static fixture_name names[] = {{"tiny-llama"},     {"tiny-qwen2"},  {"tiny-qwen3"}, {"tiny-mistral"},
+                                   {"tiny-qwen2-swa"}, {"tiny-gemma2"}, {"tiny-gemma3"}};
     return cr_make_param_array(fixture_name, names, sizeof names / sizeof names[0]);
 }
 

@@ -1,7 +1,8 @@
 /* test_golden.c: the CPU backend, in both modes (the reference ops and the default float32 / OpenBLAS ones),
  * against Hugging Face transformers + PEFT (float64 goldens) on the tiny fixtures (tiny-mistral: a sliding
  * window of 6 over 24 tokens, so the window decides what most queries see; tiny-qwen2-swa: Qwen2's window of
- * 5 on layer 1 only), at the same
+ * 5 on layer 1 only; tiny-gemma2: soft-capped scores and logits, window 6 on layer 0; tiny-gemma3: q/k norms,
+ * window 5 on layers 0-1 with their own RoPE base, linear RoPE scaling on layer 2), at the same
  * tolerances for both: logits and loss without and with the initial adapter (F32 and BF16 weights), and every
  * LoRA gradient after one backward; with LoRA dropout (no golden for it), the gradients against central
  * differences of the loss the forward computes. */
@@ -18,6 +19,7 @@
 #include "common/fileutil.h"
 #include "cpu/backend_cpu.h"
 #include "model/forward.h"
+#include "model/gemma_model.h"
 #include "model/lora.h"
 #include "test_util.h"
 #include "train/batch.h"
@@ -129,7 +131,7 @@ static void check_logits(golden_run *r, int hf, const char *golden_name, double 
     float *ref = test_read_f32(&r->golden, golden_name, &numel);
     cr_assert_eq(numel, n * r->model.cfg.vocab);
     float *logits = malloc(sizeof(float) * (size_t)numel);
-    r->be->logits(r->be, logits, r->g.values[hf].data, &r->model.lm_head, n);
+    qlt_model_logits(&r->model, logits, r->g.values[hf].data, n); /* Gemma 2: soft-capped as transformers' */
     double err = test_rel_err(logits, ref, numel); if (getenv("QLT_TEST_VERBOSE")) fprintf(stderr, "%s %s err %.3g\n", r->model.cfg.arch_name, golden_name, err);
     cr_expect(err <= tol, "%s%s: max rel err %.3g > %.1g", r->mode, golden_name, err, tol);
     free(logits);
@@ -157,6 +159,10 @@ ParameterizedTestParameters(golden, forward) {
         {"tiny-mistral", "model.safetensors", 1e-5, 0},
         {"tiny-qwen2-swa", "model.safetensors", 1e-5, 1},
         {"tiny-qwen2-swa", "model.safetensors", 1e-5, 0},
+        {"tiny-gemma2", "model.safetensors", 1e-5, 1},
+        {"tiny-gemma2", "model.safetensors", 1e-5, 0},
+        {"tiny-gemma3", "model.safetensors", 1e-5, 1},
+        {"tiny-gemma3", "model.safetensors", 1e-5, 0},
         {"tiny-qwen2", "model.bf16.safetensors", 2e-2, 1},
         {"tiny-qwen2", "model.bf16.safetensors", 2e-2, 0},
         {"tiny-llama", "model.bf16.safetensors", 2e-2, 1},
@@ -165,6 +171,10 @@ ParameterizedTestParameters(golden, forward) {
         {"tiny-qwen3", "model.bf16.safetensors", 2e-2, 0},
         {"tiny-mistral", "model.bf16.safetensors", 2e-2, 1},
         {"tiny-mistral", "model.bf16.safetensors", 2e-2, 0},
+        {"tiny-gemma2", "model.bf16.safetensors", 2e-2, 1},
+        {"tiny-gemma2", "model.bf16.safetensors", 2e-2, 0},
+        {"tiny-gemma3", "model.bf16.safetensors", 2e-2, 1},
+        {"tiny-gemma3", "model.bf16.safetensors", 2e-2, 0},
     };
     return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -198,6 +208,10 @@ ParameterizedTestParameters(golden, gradients) {
         {"tiny-mistral", "model.safetensors", 1e-4, 0},
         {"tiny-qwen2-swa", "model.safetensors", 1e-4, 1},
         {"tiny-qwen2-swa", "model.safetensors", 1e-4, 0},
+        {"tiny-gemma2", "model.safetensors", 1e-4, 1},
+        {"tiny-gemma2", "model.safetensors", 1e-4, 0},
+        {"tiny-gemma3", "model.safetensors", 1e-4, 1},
+        {"tiny-gemma3", "model.safetensors", 1e-4, 0},
     };
     return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -245,6 +259,10 @@ ParameterizedTestParameters(golden, dropout_gradients) {
         {"tiny-qwen3", "model.safetensors", 2e-2, 0},
         {"tiny-mistral", "model.safetensors", 2e-2, 1},
         {"tiny-mistral", "model.safetensors", 2e-2, 0},
+        {"tiny-gemma2", "model.safetensors", 2e-2, 1},
+        {"tiny-gemma2", "model.safetensors", 2e-2, 0},
+        {"tiny-gemma3", "model.safetensors", 2e-2, 1},
+        {"tiny-gemma3", "model.safetensors", 2e-2, 0},
     };
     return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
 }
