@@ -15,6 +15,7 @@ Each fixture also checks that the feature it exists for matters: tiny-mistral's 
 removed must differ, or the golden would not test the window (tiny-phi3: LongRoPE's long factors, the window,
 partial rotary).
 """
+import copy
 import json
 import os
 import sys
@@ -107,7 +108,7 @@ def make_config(spec):
     import transformers
 
     cls = getattr(transformers, spec["class"])
-    cfg = cls.config_class(**spec["config"])
+    cfg = cls.config_class(**copy.deepcopy(spec["config"]))
     cfg._attn_implementation = "eager"
     return cls, cfg
 
@@ -167,7 +168,9 @@ def write_fixture(out_root, name, spec):
     res = {"input_ids": ids, "labels": labels}
 
     def fresh_base(overrides=None):
-        c = cls.config_class(**{**spec["config"], **(overrides or {})})
+        # a fresh copy: transformers writes into the rope_parameters dict it is given (original_max_position_embeddings),
+        # and a model reads it again at every forward (LongRoPE's short / long choice)
+        c = cls.config_class(**copy.deepcopy({**spec["config"], **(overrides or {})}))
         c._attn_implementation = "eager"
         m = cls(c).to(torch.float64).eval()
         m.load_state_dict({k: v.to(torch.float64) for k, v in sd.items()}, strict=not cfg.tie_word_embeddings)

@@ -17,6 +17,7 @@ const char *qlt_gguf_arch_name(qlt_arch arch) {
     case QLT_ARCH_QWEN3: return "qwen3";
     case QLT_ARCH_LLAMA:
     case QLT_ARCH_MISTRAL: return "llama";
+    case QLT_ARCH_PHI3: return "phi3"; /* not written: merge refuses GGUF for fused checkpoints */
     }
     return "llama";
 }

@@ -40,6 +40,7 @@ static float *const_vector(qlt_model *m, int64_t n, float value) {
 int qlt_model_init_random(qlt_model *m, qlt_backend *be, const qlt_model_config *cfg, uint64_t seed,
                           const qlt_model_load_opts *opts) {
     memset(m, 0, sizeof *m);
+    QLT_TRY(qlt_model_check_backend(cfg, be, "random model"));
     m->be = be;
     m->cfg = *cfg;
     const qlt_model_config *c = &m->cfg;
