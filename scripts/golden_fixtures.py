@@ -65,7 +65,7 @@ FIXTURES = {
         "targets": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
         "without": [{"original_max_position_embeddings": 32}, {"sliding_window": None},
                     {"rope_parameters": dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=1.0)}],
-        "seed": 27,
+        "seed": 31,
     },
     # tiny-phi3-short: the same family with original_max_position_embeddings 32 > SEQ, so the short factors apply
     # (the attention factor from max_position_embeddings / original still scales cos / sin), full rotary, tied
@@ -213,6 +213,12 @@ def write_fixture(out_root, name, spec):
         if step == 0:
             for n in sorted(named):
                 res["grad." + n] = named[n].grad.detach().clone()
+                # Adam's first step is about lr * sign(g): an element this close to zero would make the three-step
+                # golden test a measure of rounding in its gradient rather than of the implementation
+                g = res["grad." + n].abs()
+                if g.min().item() < 5e-6 * g.max().item():
+                    raise SystemExit(f"{name}: grad.{n} has an element {g.min().item() / g.max().item():.2g} of its "
+                                     "max; pick another seed")
         losses.append(loss.item())
         norms.append(torch.nn.utils.clip_grad_norm_(params, 1.0).item())
         opt.step()

@@ -16,7 +16,11 @@ void qlt_cpu_rope_scaled(float *x, const int32_t *pos, const float *inv_freq, in
     for (int64_t t = 0; t < n; t++) {
         for (int i = 0; i < half; i++) {
             float angle = (float)pos[t] * inv_freq[i];
-            double c = cos((double)angle) * attn_factor, s = sin((double)angle) * attn_factor;
+            double c = cos((double)angle), s = sin((double)angle);
+            if (attn_factor != 1.0f) { /* transformers: the float32 cos / sin times the factor, in float32 */
+                c = (double)((float)c * attn_factor);
+                s = (double)((float)s * attn_factor);
+            }
             if (inverse) s = -s;
             for (int h = 0; h < heads; h++) {
                 float *xh = x + (t * heads + h) * head_dim;

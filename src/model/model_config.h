@@ -65,9 +65,11 @@ static inline int qlt_model_rotary_dim(const qlt_model_config *mc) {
 }
 /* 1 when the checkpoint fuses q/k/v into qkv_proj and gate/up into gate_up_proj (Phi-3). */
 static inline int qlt_model_fused(const qlt_model_config *mc) { return mc->arch == QLT_ARCH_PHI3; }
-/* 1 when the rotary embedding needs the backend's rope_scaled (partial rotary or an attention factor). */
+/* 1 when the rotary embedding needs the backend's rope_scaled (partial rotary or an attention factor) and
+ * frequencies picked per batch (LongRoPE): the CPU backend's only. */
 static inline int qlt_model_rope_scaled(const qlt_model_config *mc) {
-    return qlt_model_rotary_dim(mc) != mc->head_dim || (mc->rope_attn_factor != 0.0f && mc->rope_attn_factor != 1.0f);
+    return qlt_model_rotary_dim(mc) != mc->head_dim || (mc->rope_attn_factor != 0.0f && mc->rope_attn_factor != 1.0f) ||
+           mc->rope_type == QLT_ROPE_LONGROPE;
 }
 
 /* The window of layer l (0: full causal attention). */
