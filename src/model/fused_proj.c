@@ -16,11 +16,35 @@ qlt_fused_module qlt_fused_module_of(const qlt_model_config *mc, qlt_proj p) {
     return f;
 }
 
+void qlt_fused_module_shape(const qlt_model_config *mc, qlt_proj first, int64_t *rows, int64_t *cols) {
+    qlt_fused_module fm = qlt_fused_module_of(mc, first);
+    *rows = 0;
+    for (int j = 0; j < fm.count; j++) {
+        int64_t r;
+        qlt_model_proj_shape(mc, fm.first + j, &r, cols);
+        *rows += r;
+    }
+}
+
 const char *qlt_fused_module_name(const qlt_model_config *mc, qlt_proj p) {
     qlt_fused_module f = qlt_fused_module_of(mc, p);
     if (f.count == 3) return "qkv_proj";
     if (f.count == 2) return "gate_up_proj";
     return qlt_proj_name(p);
+}
+
+void qlt_fused_describe(const qlt_model_config *mc, char *buf, size_t size) {
+    buf[0] = 0;
+    if (!qlt_model_fused(mc)) return;
+    int64_t q, k, v, gate, up, cols;
+    qlt_model_proj_shape(mc, QLT_PROJ_Q, &q, &cols);
+    qlt_model_proj_shape(mc, QLT_PROJ_K, &k, &cols);
+    qlt_model_proj_shape(mc, QLT_PROJ_V, &v, &cols);
+    qlt_model_proj_shape(mc, QLT_PROJ_GATE, &gate, &cols);
+    qlt_model_proj_shape(mc, QLT_PROJ_UP, &up, &cols);
+    snprintf(buf, size, "qkv_proj [q %lld | k %lld | v %lld rows] and gate_up_proj [gate %lld | up %lld rows], "
+             "held as separate weights (NF4 quantized whole first); one LoRA adapter each (lora.targets q, k, v and "
+             "gate, up name them together)", (long long)q, (long long)k, (long long)v, (long long)gate, (long long)up);
 }
 
 /* The host NF4 form of the whole fused tensor: quantized here from its stored values, or as stored. */

@@ -17,8 +17,13 @@ typedef struct qlt_fused_module {
     int count;
 } qlt_fused_module;
 qlt_fused_module qlt_fused_module_of(const qlt_model_config *mc, qlt_proj p);
+/* Shape of the module projection first begins (its rows summed over the fused projections). */
+void qlt_fused_module_shape(const qlt_model_config *mc, qlt_proj first, int64_t *rows, int64_t *cols);
 /* The module's name in the checkpoint and in PEFT adapters: "qkv_proj", "gate_up_proj", or qlt_proj_name(p). */
 const char *qlt_fused_module_name(const qlt_model_config *mc, qlt_proj p);
+
+/* One line on the fused modules, what `inspect` prints ("" for an unfused model). */
+void qlt_fused_describe(const qlt_model_config *mc, char *buf, size_t size);
 
 /* Loads layer l's fused modules into L->proj[q, k, v, gate, up]: dense (blocksize 0), quantized to NF4 whole
  * then cut, or taken from a bitsandbytes 4-bit module (pre_quantized) and cut. Errors name dir and the

@@ -83,3 +83,15 @@ void qlt_longrope_inv_freq(const qlt_model_config *mc, int long_factors, float *
         inv_freq[i] = 1.0f / denom;
     }
 }
+
+void qlt_longrope_describe(const qlt_model_config *mc, char *buf, size_t size) {
+    size_t at = 0;
+    buf[0] = 0;
+    if (mc->rope_type == QLT_ROPE_LONGROPE)
+        at += (size_t)snprintf(buf, size, "LongRoPE: short factors while a batch's positions stay below %d "
+                               "(original_max_position_embeddings), long factors past it; cos / sin times %.6g",
+                               mc->rope_original_max_pos, (double)mc->rope_attn_factor);
+    if (at < size && qlt_model_rotary_dim(mc) != mc->head_dim)
+        snprintf(buf + at, size - at, "%spartial rotary: the first %d of %d dims of each head rotate", at ? "; " : "",
+                 qlt_model_rotary_dim(mc), mc->head_dim);
+}

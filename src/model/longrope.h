@@ -5,6 +5,8 @@
 #ifndef QLT_LONGROPE_H
 #define QLT_LONGROPE_H
 
+#include <stddef.h>
+
 #include "model/model_config.h"
 
 struct cJSON;
@@ -26,5 +28,9 @@ void qlt_longrope_inv_freq(const qlt_model_config *mc, int long_factors, float *
 static inline int qlt_longrope_is_long(const qlt_model_config *mc, int max_position) {
     return mc->rope_type == QLT_ROPE_LONGROPE && max_position + 1 > mc->rope_original_max_pos;
 }
+
+/* One line on the rotary embedding beyond theta, what `inspect` prints: LongRoPE's switch and attention factor,
+ * partial rotary; "" when neither is set. */
+void qlt_longrope_describe(const qlt_model_config *mc, char *buf, size_t size);
 
 #endif
