@@ -1,7 +1,7 @@
 /* test_phi3.c: what Phi-3 / Phi-4 (Phi3ForCausalLM) adds beside the goldens of test_golden.c: the NF4 cut of
  * a fused tensor, config.json in both spellings, the one adapter of a fused module (its targets, PEFT save and
- * load under qkv_proj / gate_up_proj), the refusal of a backend without rope_scaled, what inspect prints and
- * merge's refusal of GGUF. */
+ * load under qkv_proj / gate_up_proj), the refusal of a backend without rope_scaled, what inspect prints,
+ * merge's refusal of GGUF and a bitsandbytes 4-bit Phi-3 checkpoint. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <math.h>
@@ -13,11 +13,13 @@
 #include "common/fileutil.h"
 #include "config/config.h"
 #include "cpu/backend_cpu.h"
+#include "model/forward.h"
 #include "model/longrope.h"
 #include "model/lora.h"
 #include "nf4/nf4.h"
 #include "nf4/nf4_slice.h"
 #include "test_util.h"
+#include "train/batch.h"
 
 /* A part cut anywhere on a block boundary dequantizes to the whole tensor's values there, bit for bit: one that
  * starts a nested block of 256 keeps the double quantization, one that does not holds float32 absmax. */
@@ -226,4 +228,59 @@ Test(phi3, merge_refuses_gguf) {
     free(tmp);
     free(dir);
     free(adir);
+}
+
+/* Logits [n, vocab] of a model directory on the CPU's reference mode for tiny-phi3's golden batch (heap). */
+static float *phi3_logits(const char *dir, int nf4, int64_t *numel) {
+    qlt_backend *be = qlt_backend_cpu_create(1, 1);
+    qlt_model m;
+    qlt_model_load_opts opts = {.nf4 = nf4, .nf4_blocksize = 64, .double_quant = 1};
+    cr_assert_eq(qlt_model_load(&m, be, dir, &opts), 0, "%s", qlt_error());
+    int32_t *ids, *labels;
+    int batch, seq;
+    test_golden_batch("tiny-phi3", &ids, &labels, &batch, &seq);
+    qlt_batch_buffers bb;
+    cr_assert_eq(qlt_batch_buffers_init(&bb, be, batch, seq, m.cfg.sliding_window), 0);
+    qlt_batch_upload(&bb, be, ids, labels, NULL);
+    qlt_graph g;
+    qlt_graph_init(&g, be, 1);
+    qlt_forward_opts o = {0};
+    int hf = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        qlt_graph_begin(&g, pass == 0);
+        hf = qlt_forward(&g, &m, &bb.dev, &o);
+        if (pass == 0) cr_assert_eq(qlt_graph_commit_plan(&g), 0);
+    }
+    *numel = (int64_t)batch * seq * m.cfg.vocab;
+    float *logits = malloc(sizeof(float) * (size_t)*numel);
+    be->logits(be, logits, g.values[hf].data, &m.lm_head, (int64_t)batch * seq);
+    qlt_graph_free(&g);
+    qlt_batch_buffers_free(&bb, be);
+    qlt_model_free(&m);
+    be->destroy(be);
+    free(ids);
+    free(labels);
+    return logits;
+}
+
+/* `quantize` writes qkv_proj / gate_up_proj as bitsandbytes modules quantized whole; loading that checkpoint
+ * cuts them as it cuts a dense model quantized on load: the same logits, bit for bit. */
+Test(phi3, bitsandbytes_checkpoint_is_cut_like_nf4_on_load) {
+    char *tmp = test_tmpdir(), *dir = test_fixture_path("tiny-phi3", NULL), *out = qlt_path_join(tmp, "bnb"), *args, *log;
+    cr_assert(asprintf(&args, "quantize %s %s", dir, out) > 0);
+    cr_assert_eq(test_run_cli(NULL, args, &log), 0, "%s", log);
+    int64_t n1, n2, n3;
+    float *on_load = phi3_logits(dir, 1, &n1), *from_bnb = phi3_logits(out, 0, &n2), *dense = phi3_logits(dir, 0, &n3);
+    cr_assert_eq(n1, n2);
+    cr_expect_eq(memcmp(on_load, from_bnb, sizeof(float) * (size_t)n1), 0, "bnb checkpoint logits differ");
+    cr_expect_gt(test_rel_err(on_load, dense, n1), 1e-4, "NF4 should move the logits off the dense ones");
+    free(on_load);
+    free(from_bnb);
+    free(dense);
+    free(log);
+    free(args);
+    qlt_remove_tree(tmp);
+    free(tmp);
+    free(out);
+    free(dir);
 }
