@@ -22,7 +22,8 @@ from transformers import AutoModelForCausalLM
 def main():
     binary, fixtures, work = sys.argv[1], sys.argv[2], sys.argv[3]
     rows, failed = [], 0
-    for model in ["tiny-qwen2", "tiny-llama", "tiny-qwen3", "tiny-mistral", "tiny-qwen2-swa"]:
+    for model in ["tiny-qwen2", "tiny-llama", "tiny-qwen3", "tiny-mistral", "tiny-qwen2-swa", "tiny-phi3",
+                  "tiny-phi3-short"]:
         fx = os.path.join(fixtures, model)
         out = os.path.join(work, model)
         os.makedirs(out, exist_ok=True)
