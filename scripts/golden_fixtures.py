@@ -12,8 +12,10 @@ eps 1e-8, weight decay 0.01, clip_grad_norm_ 1.0, the same batch each step).
     /work/venv-hf/bin/python scripts/golden_fixtures.py tests/data/fixtures [tiny-mistral ...]
 
 Each fixture also checks that the feature it exists for matters: tiny-mistral's logits with the sliding window
-removed must differ, or the golden would not test the window.
+removed must differ, or the golden would not test the window (tiny-phi3: LongRoPE's long factors, the window,
+partial rotary).
 """
+import copy
 import json
 import os
 import sys
@@ -79,14 +81,67 @@ FIXTURES = {
         "random_norms": True,
         "seed": 28,
     },
+    # tiny-phi3: Phi3ForCausalLM (fused qkv_proj / gate_up_proj, one LoRA each), LongRoPE with
+    # original_max_position_embeddings 16 < SEQ, so the long factors apply (seq_len = max position + 1 = 24), the
+    # attention factor sqrt(1 + ln(64/16) / ln 16) scales cos / sin, partial rotary 0.75 (12 of 16 dims rotate, as
+    # Phi-4-mini), sliding_window 10 on every layer.
+    "tiny-phi3": {
+        "class": "Phi3ForCausalLM",
+        "config": dict(vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                       original_max_position_embeddings=16, rms_norm_eps=1e-5, sliding_window=10,
+                       rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
+                                            short_factor=[1.0, 1.05, 1.2, 1.5, 2.5, 4.0],
+                                            long_factor=[1.0, 1.3, 2.0, 3.5, 7.0, 15.0]),
+                       tie_word_embeddings=False, initializer_range=0.08, bos_token_id=1, eos_token_id=2,
+                       pad_token_id=2),
+        "targets": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
+        "without": [{"original_max_position_embeddings": 32}, {"sliding_window": None},
+                    {"rope_parameters": dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=1.0)}],
+        "seed": 31,
+    },
+    # tiny-phi3-short: the same family with original_max_position_embeddings 32 > SEQ, so the short factors apply
+    # (the attention factor from max_position_embeddings / original still scales cos / sin), full rotary, tied
+    # embeddings; config.json rewritten as the hub's checkpoints spell it (transformers 4: rope_scaling with
+    # "type", rope_theta at the top level).
+    "tiny-phi3-short": {
+        "class": "Phi3ForCausalLM",
+        "config": dict(vocab_size=384, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+                       original_max_position_embeddings=32, rms_norm_eps=1e-5,
+                       rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
+                                            short_factor=[1.0, 1.1, 1.3, 1.7, 2.4, 3.3, 4.6, 6.0],
+                                            long_factor=[1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 32.0]),
+                       tie_word_embeddings=True, initializer_range=0.08, bos_token_id=1, eos_token_id=2,
+                       pad_token_id=2),
+        "targets": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
+        "without": [{"original_max_position_embeddings": 16}],
+        "hub_spelling": True,
+        "seed": 28,
+    },
 }
+
+
+def hub_spelling(path):
+    """Rewrites a Phi-3 config.json as transformers 4 wrote it (as the hub's checkpoints have it): rope_scaling
+    {"type": "longrope", short_factor, long_factor}, rope_theta and partial_rotary_factor at the top level."""
+    with open(path) as f:
+        c = json.load(f)
+    rp = c.pop("rope_parameters")
+    c["rope_theta"] = rp.pop("rope_theta")
+    if rp.get("partial_rotary_factor", 1.0) != 1.0:
+        c["partial_rotary_factor"] = rp["partial_rotary_factor"]
+    c["rope_scaling"] = {"type": rp["rope_type"], "short_factor": rp["short_factor"], "long_factor": rp["long_factor"]}
+    with open(path, "w") as f:
+        json.dump(c, f, indent=2)
+        f.write("\n")
 
 
 def make_config(spec):
     import transformers
 
     cls = getattr(transformers, spec["class"])
-    cfg = cls.config_class(**spec["config"])
+    cfg = cls.config_class(**copy.deepcopy(spec["config"]))
     cfg._attn_implementation = "eager"
     return cls, cfg
 
@@ -128,6 +183,8 @@ def write_fixture(out_root, name, spec):
                 if pname.endswith("norm.weight"):
                     p.normal_(0.0, 0.3)
     model32.save_pretrained(out, safe_serialization=True)
+    if spec.get("hub_spelling"):
+        hub_spelling(os.path.join(out, "config.json"))
     sd = {k: v.detach().clone().contiguous() for k, v in model32.state_dict().items()}
     if cfg.tie_word_embeddings:
         sd.pop("lm_head.weight", None)
@@ -149,7 +206,9 @@ def write_fixture(out_root, name, spec):
     res = {"input_ids": ids, "labels": labels}
 
     def fresh_base(overrides=None):
-        c = cls.config_class(**{**spec["config"], **(overrides or {})})
+        # a fresh copy: transformers writes into the rope_parameters dict it is given (original_max_position_embeddings),
+        # and a model reads it again at every forward (LongRoPE's short / long choice)
+        c = cls.config_class(**copy.deepcopy({**spec["config"], **(overrides or {})}))
         c._attn_implementation = "eager"
         m = cls(c).to(torch.float64).eval()
         m.load_state_dict({k: v.to(torch.float64) for k, v in sd.items()}, strict=not cfg.tie_word_embeddings)
@@ -192,6 +251,12 @@ def write_fixture(out_root, name, spec):
         if step == 0:
             for n in sorted(named):
                 res["grad." + n] = named[n].grad.detach().clone()
+                # Adam's first step is about lr * sign(g): an element this close to zero would make the three-step
+                # golden test a measure of rounding in its gradient rather than of the implementation
+                g = res["grad." + n].abs()
+                if g.min().item() < 5e-6 * g.max().item():
+                    raise SystemExit(f"{name}: grad.{n} has an element {g.min().item() / g.max().item():.2g} of its "
+                                     "max; pick another seed")
         losses.append(loss.item())
         norms.append(torch.nn.utils.clip_grad_norm_(params, 1.0).item())
         opt.step()

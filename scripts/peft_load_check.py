@@ -23,7 +23,7 @@ def main():
     binary, fixtures, work = sys.argv[1], sys.argv[2], sys.argv[3]
     rows, failed = [], 0
     for model in ["tiny-qwen2", "tiny-llama", "tiny-qwen3", "tiny-mistral", "tiny-qwen2-swa", "tiny-gemma2",
-                  "tiny-gemma3"]:
+                  "tiny-gemma3", "tiny-phi3", "tiny-phi3-short"]:
         fx = os.path.join(fixtures, model)
         out = os.path.join(work, model)
         os.makedirs(out, exist_ok=True)

@@ -87,7 +87,7 @@ typedef struct qlt_node {
             float *u;                           /* [n, n_lora * r] (with dropout: n_lora blocks of [n, r]) */
             void *x_drop[QLT_STACK_MAX];        /* dropout(x) per adapter, or NULL */
         } linear;
-        struct { const int32_t *pos; const float *inv_freq; int64_t n; int heads, head_dim; } rope;
+        struct { const int32_t *pos; const float *inv_freq; int64_t n; int heads, head_dim, rotary_dim; float attn_factor; } rope;
         struct { float *rstd; const float *w; const int32_t *pos; const float *inv_freq; int64_t n; int heads, head_dim; } hnr;
         struct { int64_t n, inter; } swiglu;
         struct { float *lse; const int32_t *seg_start; int batch, seq, n_heads, n_kv_heads, head_dim; float scale, softcap; } attn;
@@ -148,6 +148,10 @@ void qlt_ag_linear_group(qlt_graph *g, int x, int k, const qlt_weight *const *w,
                          const qlt_lora_ref *const *lora, int stacked, int64_t n, int *outs);
 /* rotates x in place; the output value shares x's storage */
 int qlt_ag_rope(qlt_graph *g, int x, const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim);
+/* RoPE on the first rotary_dim dims of each head, cos / sin times attn_factor (Phi-3: partial rotary, LongRoPE);
+ * be->rope_scaled runs it unless it is plain RoPE. */
+int qlt_ag_rope_scaled(qlt_graph *g, int x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                       int head_dim, int rotary_dim, float attn_factor);
 int qlt_ag_attention(qlt_graph *g, int q, int k, int v, const int32_t *seg_start, int batch, int seq, int n_heads,
                      int n_kv_heads, int head_dim, float scale);
 /* qlt_ag_attention with the scores soft-capped: softcap tanh(s / softcap) (Gemma 2; softcap 0: plain). */

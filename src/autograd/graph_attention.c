@@ -6,8 +6,9 @@
 #include "autograd/graph_internal.h"
 #include "common/error.h"
 
-/* x [n, heads * head_dim] act rotated in place; pos [n] int32, inv_freq [head_dim / 2] f32. */
-int qlt_ag_rope(qlt_graph *g, int x, const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim) {
+/* x [n, heads * head_dim] act rotated in place; pos [n] int32, inv_freq [rotary_dim / 2] f32. */
+int qlt_ag_rope_scaled(qlt_graph *g, int x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                       int head_dim, int rotary_dim, float attn_factor) {
     qlt_graph_tick(g);
     int y = qlt_graph_value(g, g->values[x].data, g->values[x].count, g->values[x].needs_grad);
     qlt_node *node = qlt_graph_push_node(g, QLT_NODE_ROPE);
@@ -18,10 +19,21 @@ int qlt_ag_rope(qlt_graph *g, int x, const int32_t *pos, const float *inv_freq, 
     node->u.rope.n = n;
     node->u.rope.heads = heads;
     node->u.rope.head_dim = head_dim;
+    node->u.rope.rotary_dim = rotary_dim;
+    node->u.rope.attn_factor = attn_factor;
     qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
-    if (RUN) g->be->rope(g->be, g->values[y].data, pos, inv_freq, n, heads, head_dim, 0);
+    int scaled = rotary_dim != head_dim || attn_factor != 1.0f;
+    QLT_ASSERT(!scaled || g->be->rope_scaled); /* qlt_model_check_backend refused such a model */
+    if (RUN && scaled)
+        g->be->rope_scaled(g->be, g->values[y].data, pos, inv_freq, n, heads, head_dim, rotary_dim, attn_factor, 0);
+    else if (RUN)
+        g->be->rope(g->be, g->values[y].data, pos, inv_freq, n, heads, head_dim, 0);
     TOUCH(g->values[y].data);
     return y;
+}
+
+int qlt_ag_rope(qlt_graph *g, int x, const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim) {
+    return qlt_ag_rope_scaled(g, x, pos, inv_freq, n, heads, head_dim, head_dim, 1.0f);
 }
 
 static void backward_rope(qlt_graph *g, const qlt_node *node) {
@@ -31,7 +43,11 @@ static void backward_rope(qlt_graph *g, const qlt_node *node) {
     qlt_value *x = &g->values[node->in[0]];
     QLT_ASSERT(!x->grad_ready);
     qlt_graph_phase(g, QLT_PHASE_ELEMENTWISE);
-    if (RUN)
+    const int scaled = node->u.rope.rotary_dim != node->u.rope.head_dim || node->u.rope.attn_factor != 1.0f;
+    if (RUN && scaled)
+        be->rope_scaled(be, y->grad, node->u.rope.pos, node->u.rope.inv_freq, node->u.rope.n, node->u.rope.heads,
+                        node->u.rope.head_dim, node->u.rope.rotary_dim, node->u.rope.attn_factor, 1);
+    else if (RUN)
         be->rope(be, y->grad, node->u.rope.pos, node->u.rope.inv_freq, node->u.rope.n, node->u.rope.heads,
                  node->u.rope.head_dim, 1);
     x->grad = y->grad;

@@ -273,6 +273,12 @@ struct qlt_backend {
      * pos[t] * inv_freq[i] for i < head_dim/2; inverse = 1 rotates by the negative angle (backward). */
     void (*rope)(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n,
                  int n_heads, int head_dim, int inverse);
+    /* Optional (NULL: models that need it are refused at load, qlt_model_check_backend): rope on the first
+     * rotary_dim dims of each head only (even, <= head_dim; the others pass through), its cos and sin times
+     * attn_factor (LongRoPE's): x_rot = attn_factor * R(angle) x_rot, inv_freq [rotary_dim / 2]. transpose = 1
+     * applies attn_factor * R^T (the backward). */
+    void (*rope_scaled)(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n, int n_heads,
+                        int head_dim, int rotary_dim, float attn_factor, int transpose);
     /* Causal grouped-query attention with packed-example masking; out [N, n_heads*hd],
      * lse float [N * n_heads] = log-sum-exp of the scaled scores (saved for backward), laid out [N, n_heads]
      * except where the CUDA backend runs the pair through cuDNN ([batch, n_heads, seq]; see

@@ -11,6 +11,8 @@
 #include "common/fileutil.h"
 #include "formats/safetensors.h"
 #include "model/gemma_config.h"
+#include "model/fused_proj.h"
+#include "model/longrope.h"
 #include "model/model_config.h"
 #include "nf4/nf4.h"
 
@@ -93,7 +95,7 @@ int qlt_cmd_inspect(int argc, char **argv) {
     printf("architecture: %s  layers %d  hidden %d  heads %d / kv %d  head_dim %d  intermediate %d  vocab %d\n",
            mc.arch_name, mc.n_layers, mc.hidden, mc.n_heads, mc.n_kv_heads, mc.head_dim, mc.intermediate, mc.vocab);
     printf("rope: theta %g%s  rms_eps %g  tied embeddings: %s  qkv bias: %s  qk norm: %s\n", mc.rope_theta,
-           mc.rope_type == QLT_ROPE_LLAMA3 ? " (llama3 scaling)" : "", mc.rms_eps, mc.tie_word_embeddings ? "yes" : "no",
+           mc.rope_type == QLT_ROPE_LLAMA3 ? " (llama3 scaling)" : mc.rope_type == QLT_ROPE_LONGROPE ? " (longrope)" : "", mc.rms_eps, mc.tie_word_embeddings ? "yes" : "no",
            mc.attention_bias ? "yes" : "no", mc.qk_norm ? "yes" : "no");
     char attn[160];
     qlt_model_describe_attention(&mc, attn, sizeof attn);
@@ -101,6 +103,11 @@ int qlt_cmd_inspect(int argc, char **argv) {
     char gemma[1024];
     qlt_gemma_describe(&mc, gemma, sizeof gemma); /* Gemma 2 / 3: what its layer adds */
     if (gemma[0]) printf("%s\n", gemma);
+    char extra[512];
+    qlt_longrope_describe(&mc, extra, sizeof extra);
+    if (extra[0]) printf("rotary: %s\n", extra);
+    qlt_fused_describe(&mc, extra, sizeof extra);
+    if (extra[0]) printf("fused: %s\n", extra);
     printf("parameters (from config): %lld total, %lld in linear layers\n", (long long)qlt_model_total_params(&mc),
            (long long)qlt_model_linear_params(&mc));
     qlt_st_dir d;

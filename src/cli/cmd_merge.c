@@ -255,6 +255,9 @@ static int run_merge(const qlt_config *cfg, const merge_args *a) {
     int opened = 0;
     if (rc == 0) rc = qlt_merge_open(&m, path, a->adapter, &mo);
     if (rc == 0) opened = 1;
+    if (rc == 0 && gguf && qlt_model_fused(&m.cfg))
+        rc = qlt_fail("merge --format gguf: %s's fused qkv_proj / gate_up_proj are not written as GGUF here; use "
+                      "--format safetensors (llama.cpp's convert_hf_to_gguf.py converts that directory)", m.cfg.arch_name);
     char *tok = NULL;
     if (rc == 0 && gguf) tok = gguf_tokenizer(cfg, path);
     if (rc == 0 && gguf && !tok) rc = -1;

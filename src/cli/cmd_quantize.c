@@ -2,7 +2,8 @@
  * (the tensors transformers + bitsandbytes save, and config.json with quantization_config) that
  * transformers loads, and that qlora-train loads without quantizing again.
  *
- * Streams tensor by tensor: each linear weight (self_attn q/k/v/o_proj, mlp gate/up/down_proj) is read
+ * Streams tensor by tensor: each linear weight (self_attn q/k/v/o_proj, mlp gate/up/down_proj; Phi-3's fused
+ * qkv_proj / gate_up_proj) is read
  * from the mmapped input, quantized, and added to the current output shard; every other tensor (embeddings,
  * norms, lm_head, biases) is copied unchanged. A shard is written once it passes --max-shard-size, so host
  * memory stays about one shard. Everything is written into OUT_DIR.tmp-<pid> and renamed at the end. */
@@ -45,6 +46,7 @@ static const char *const linear_suffixes[] = {
     ".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight",
     ".self_attn.o_proj.weight", ".mlp.gate_proj.weight",    ".mlp.up_proj.weight",
     ".mlp.down_proj.weight",
+    ".self_attn.qkv_proj.weight", ".mlp.gate_up_proj.weight", /* Phi-3's fused projections, quantized whole */
 };
 
 static int is_linear_weight(const qlt_st_tensor *t) {

@@ -677,6 +677,9 @@ static int apply_pair(qlt_config *cfg, const qlt_cfg_entry *e, const qlt_doc_nod
 
 int qlt_config_target_bits(const char *name, unsigned *bits) {
     if (!strcasecmp(name, "all-linear") || !strcasecmp(name, "all")) return *bits = QLT_TARGET_ALL, 0;
+    /* Phi-3's fused modules (model/fused_proj.h) */
+    if (!strcasecmp(name, "qkv_proj") || !strcasecmp(name, "qkv")) return *bits = QLT_TARGET_Q | QLT_TARGET_K | QLT_TARGET_V, 0;
+    if (!strcasecmp(name, "gate_up_proj") || !strcasecmp(name, "gate_up")) return *bits = QLT_TARGET_GATE | QLT_TARGET_UP, 0;
     for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++)
         if (!strcasecmp(name, targets[i].name) || !strcasecmp(name, targets[i].hf_name))
             return *bits = targets[i].bit, 0;

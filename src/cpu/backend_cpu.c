@@ -169,6 +169,12 @@ static void cpu_rope(qlt_backend *be, void *x, const int32_t *pos, const float *
     else qlt_cpu_rope_fast(x, pos, inv_freq, n, heads, head_dim, inverse);
 }
 
+static void cpu_rope_scaled(qlt_backend *be, void *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads,
+                            int head_dim, int rotary_dim, float attn_factor, int transpose) {
+    if (reference_mode(be)) qlt_cpu_rope_scaled(x, pos, inv_freq, n, heads, head_dim, rotary_dim, attn_factor, transpose);
+    else qlt_cpu_rope_scaled_fast(x, pos, inv_freq, n, heads, head_dim, rotary_dim, attn_factor, transpose);
+}
+
 static void cpu_attention_decode(qlt_backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
                                  const int32_t *pos, int64_t max_keys, int64_t n, int n_heads, int n_kv_heads,
                                  int head_dim, float scale, int window) {
@@ -338,6 +344,7 @@ qlt_backend *qlt_backend_cpu_create(int threads, int reference) {
     be->lora_group_prepare = qlt_cpu_lora_group_prepare;
     be->linear_lora_bwd = qlt_cpu_linear_lora_bwd;
     be->rope = cpu_rope;
+    be->rope_scaled = cpu_rope_scaled;
     be->attention_fwd = cpu_attention_fwd;
     be->attention_decode = cpu_attention_decode;
     be->kv_store = cpu_kv_store;

@@ -61,6 +61,8 @@ void qlt_cpu_rmsnorm_bwd_fast(float *dx, const float *dy, const float *x, const 
                               int64_t n, int64_t d, float beta);
 void qlt_cpu_rope_fast(float *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim,
                        int inverse);
+void qlt_cpu_rope_scaled_fast(float *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim,
+                              int rotary_dim, float attn_factor, int inverse);
 void qlt_cpu_swiglu_fwd_fast(float *h, const float *gu, int64_t n, int64_t inter);
 void qlt_cpu_swiglu_bwd_fast(float *dgu, const float *dh, const float *gu, int64_t n, int64_t inter);
 /* Attention by blocks of queries: scores, probabilities and their gradients of a block are products of

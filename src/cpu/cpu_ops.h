@@ -25,6 +25,9 @@ void qlt_cpu_rmsnorm_bwd(float *dx, const float *dy, const float *x, const float
 /* in place on x [N, heads, head_dim] */
 void qlt_cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim,
                   int inverse);
+/* the same on the first rotary_dim dims of each head, cos / sin times attn_factor (backend.h: rope_scaled) */
+void qlt_cpu_rope_scaled(float *x, const int32_t *pos, const float *inv_freq, int64_t n, int heads, int head_dim,
+                         int rotary_dim, float attn_factor, int inverse);
 void qlt_cpu_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                            const int32_t *seg_start, int batch, int seq, int n_heads, int n_kv_heads,
                            int head_dim, float scale);

@@ -158,6 +158,12 @@ static void forward_chunk(qlt_kv_decoder *d, int64_t n) {
                                    c->head_dim, c->rms_eps);
             q_final = d->qn;
             k_final = d->k_rot;
+        } else if (qlt_model_rope_scaled(c)) { /* Phi-3: partial rotary, LongRoPE by the chunk's last position */
+            const float *inv_freq = qlt_model_inv_freq(m, (int)(d->past + n - 1));
+            const int rd = qlt_model_rotary_dim(c);
+            const float af = c->rope_attn_factor ? c->rope_attn_factor : 1.0f;
+            be->rope_scaled(be, d->q, d->pos, inv_freq, n, c->n_heads, c->head_dim, rd, af, 0);
+            be->rope_scaled(be, d->k_new, d->pos, inv_freq, n, c->n_kv_heads, c->head_dim, rd, af, 0);
         } else {
             be->rope(be, d->q, d->pos, inv_freq, n, c->n_heads, c->head_dim, 0);
             be->rope(be, d->k_new, d->pos, inv_freq, n, c->n_kv_heads, c->head_dim, 0);

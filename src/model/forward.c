@@ -22,7 +22,8 @@ static const qlt_lora_ref *lora_ref(const qlt_forward_opts *o, int layer, qlt_pr
     ref->scale = l->scale;
     ref->dropout = o->train ? l->dropout : 0.0f;
     ref->dropout_seed = o->dropout_seed;
-    ref->dropout_salt = (uint64_t)(layer * QLT_PROJ_COUNT + p);
+    /* a fused module (Phi-3's qkv_proj) is one adapter: its projections share A and so one dropout mask */
+    ref->dropout_salt = (uint64_t)(layer * QLT_PROJ_COUNT + s->module_first);
     return ref;
 }
 
@@ -55,8 +56,11 @@ static int layer_forward(qlt_graph *g, const qlt_model *m, const qlt_batch_dev *
         k = qlt_ag_head_norm_rope(g, k, L->k_norm, b->positions, m->inv_freq, n, c->n_kv_heads, c->head_dim,
                                   c->rms_eps);
     } else {
-        q = qlt_ag_rope(g, q, b->positions, m->inv_freq, n, c->n_heads, c->head_dim);
-        k = qlt_ag_rope(g, k, b->positions, m->inv_freq, n, c->n_kv_heads, c->head_dim);
+        const float *inv_freq = qlt_model_inv_freq(m, b->max_position); /* LongRoPE: short or long */
+        const int rd = qlt_model_rotary_dim(c);
+        const float af = c->rope_attn_factor ? c->rope_attn_factor : 1.0f;
+        q = qlt_ag_rope_scaled(g, q, b->positions, inv_freq, n, c->n_heads, c->head_dim, rd, af);
+        k = qlt_ag_rope_scaled(g, k, b->positions, inv_freq, n, c->n_kv_heads, c->head_dim, rd, af);
     }
     /* a sliding-window layer masks by seg_window: same example, causal, and t - j < window */
     const int window = qlt_model_layer_window(c, l);

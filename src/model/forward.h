@@ -17,6 +17,7 @@ typedef struct qlt_batch_dev {
     int32_t *targets;   /* labels shifted left within each row: targets[t] = labels[t+1], -100 at row end */
     int32_t *positions; /* t - seg_start[t] */
     int32_t *seg_start;
+    int max_position;    /* the largest of positions (host; LongRoPE picks its factors by it) */
     int window;          /* the model's sliding window the batch was staged for (0: none) */
     int32_t *seg_window; /* max(seg_start[t], t - window + 1): the first key a sliding-window layer's query t
                             sees (same example, causal, t - j < window); seg_start itself when window is 0.

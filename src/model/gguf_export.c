@@ -19,6 +19,7 @@ const char *qlt_gguf_arch_name(qlt_arch arch) {
     case QLT_ARCH_MISTRAL: return "llama";
     case QLT_ARCH_GEMMA2: return "gemma2"; /* not exported: qlt_gguf_export refuses Gemma */
     case QLT_ARCH_GEMMA3: return "gemma3";
+    case QLT_ARCH_PHI3: return "phi3"; /* not written: merge refuses GGUF for fused checkpoints */
     }
     return "llama";
 }

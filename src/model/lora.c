@@ -14,6 +14,7 @@
 #include "common/whole_number.h"
 #include "config/config.h"
 #include "formats/safetensors.h"
+#include "model/fused_proj.h"
 
 static const unsigned proj_target_bit[QLT_PROJ_COUNT] = {QLT_TARGET_Q, QLT_TARGET_K, QLT_TARGET_V, QLT_TARGET_O,
                                                          QLT_TARGET_GATE, QLT_TARGET_UP, QLT_TARGET_DOWN};
@@ -27,9 +28,19 @@ const qlt_proj_group qlt_proj_groups[QLT_GROUP_COUNT] = {
     [QLT_GROUP_DOWN] = {QLT_PROJ_DOWN, 1},
 };
 
-void qlt_lora_tensor_name(char *buf, size_t size, int layer, qlt_proj p, char which) {
+/* PEFT's name of a module's A or B */
+static void module_tensor_name(char *buf, size_t size, int fused, int layer, qlt_proj p, char which) {
+    qlt_model_config mc = {.arch = fused ? QLT_ARCH_PHI3 : QLT_ARCH_LLAMA};
     snprintf(buf, size, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer, qlt_proj_parent(p),
-             qlt_proj_name(p), which);
+             qlt_fused_module_name(&mc, p), which);
+}
+
+void qlt_lora_tensor_name(char *buf, size_t size, int layer, qlt_proj p, char which) {
+    module_tensor_name(buf, size, 0, layer, p, which);
+}
+
+void qlt_lora_module_tensor_name(const qlt_lora *lora, char *buf, size_t size, int layer, qlt_proj p, char which) {
+    module_tensor_name(buf, size, lora->fused, layer, p, which);
 }
 
 int qlt_lora_create(qlt_lora *lora, const qlt_model *model, int r, float alpha, unsigned targets, int rslora,
@@ -44,6 +55,17 @@ int qlt_lora_create(qlt_lora *lora, const qlt_model *model, int r, float alpha, 
     lora->targets = targets;
     lora->dropout = dropout;
     lora->n_layers = model->cfg.n_layers;
+    lora->fused = qlt_model_fused(&model->cfg);
+    for (int p = 0; p < QLT_PROJ_COUNT; p++) { /* a fused module is adapted whole or not at all */
+        qlt_fused_module fm = qlt_fused_module_of(&model->cfg, (qlt_proj)p);
+        unsigned bits = 0;
+        for (int j = 0; j < fm.count; j++) bits |= proj_target_bit[fm.first + j];
+        if ((targets & bits) && (targets & bits) != bits)
+            return qlt_fail("lora.targets names %s but not all of its module: %s fuses %s into %s, one adapter; name "
+                            "all of them (or %s) or none", qlt_proj_name((qlt_proj)p), model->cfg.arch_name,
+                            fm.count == 3 ? "q, k, v" : "gate, up", qlt_fused_module_name(&model->cfg, (qlt_proj)p),
+                            qlt_fused_module_name(&model->cfg, (qlt_proj)p));
+    }
     lora->be = model->be;
     lora->slots = qlt_xcalloc((size_t)lora->n_layers, sizeof *lora->slots);
     int64_t off = 0;
@@ -51,11 +73,22 @@ int qlt_lora_create(qlt_lora *lora, const qlt_model *model, int r, float alpha, 
         for (int p = 0; p < QLT_PROJ_COUNT; p++) {
             qlt_lora_slot *s = &lora->slots[l][p];
             if (!(targets & proj_target_bit[p])) continue;
+            qlt_fused_module fm = qlt_fused_module_of(&model->cfg, (qlt_proj)p);
             s->active = 1;
             s->in = model->layers[l].proj[p].cols;
             s->out = model->layers[l].proj[p].rows;
-            s->offset_a = off;
-            off += (int64_t)r * (s->in + s->out);
+            s->module_first = fm.first;
+            s->module_out = 0;
+            for (int j = 0; j < fm.count; j++) s->module_out += model->layers[l].proj[fm.first + j].rows;
+            if ((int)fm.first == p) { /* the module's A, then its B */
+                s->offset_a = off;
+                s->offset_b = off + (int64_t)r * s->in;
+                off += (int64_t)r * (s->in + s->module_out);
+            } else { /* the module's A, and the rows of its B after the previous projection's */
+                const qlt_lora_slot *prev = &lora->slots[l][p - 1];
+                s->offset_a = prev->offset_a;
+                s->offset_b = prev->offset_b + (int64_t)r * prev->out;
+            }
         }
     }
     lora->n_params = off;
@@ -113,7 +146,7 @@ void qlt_lora_init_default(qlt_lora *lora, uint64_t seed) {
     for (int l = 0; l < lora->n_layers; l++) {
         for (int p = 0; p < QLT_PROJ_COUNT; p++) {
             const qlt_lora_slot *s = &lora->slots[l][p];
-            if (!s->active) continue;
+            if (!qlt_lora_owns_module(s, p)) continue;
             float bound = 1.0f / sqrtf((float)s->in);
             for (int64_t i = 0; i < (int64_t)lora->r * s->in; i++)
                 host[s->offset_a + i] = (2.0f * qlt_rng_uniform(&rng) - 1.0f) * bound;
@@ -170,7 +203,7 @@ int qlt_lora_read_peft_config(const char *dir, int *r, float *alpha, unsigned *t
                     if (cJSON_IsString(it)) qlt_config_target_bits(it->valuestring, &bit);
                     if (!bit)
                         rc = qlt_fail("%s: target module '%s' is not supported (supported: q_proj, k_proj, v_proj, "
-                                      "o_proj, gate_proj, up_proj, down_proj)", path,
+                                      "o_proj, gate_proj, up_proj, down_proj; Phi-3: qkv_proj, gate_up_proj)", path,
                                       cJSON_IsString(it) ? it->valuestring : "?");
                     *targets |= bit;
                 }
@@ -184,8 +217,13 @@ int qlt_lora_read_peft_config(const char *dir, int *r, float *alpha, unsigned *t
 
 int qlt_lora_peft_tensor(const qlt_st_file *f, int layer, qlt_proj p, char which, int r, int64_t in, int64_t out,
                          const qlt_st_tensor **t) {
+    return qlt_lora_peft_module_tensor(f, 0, layer, p, which, r, in, out, t);
+}
+
+int qlt_lora_peft_module_tensor(const qlt_st_file *f, int fused, int layer, qlt_proj p, char which, int r, int64_t in,
+                                int64_t out, const qlt_st_tensor **t) {
     char name[256];
-    qlt_lora_tensor_name(name, sizeof name, layer, p, which);
+    module_tensor_name(name, sizeof name, fused, layer, p, which);
     int64_t rows = which == 'B' ? out : r, cols = which == 'B' ? r : in;
     *t = qlt_st_find(f, name);
     if (!*t) return qlt_fail("%s: tensor '%s' is missing", f->path, name);
@@ -212,10 +250,11 @@ int qlt_lora_load_peft(qlt_lora *lora, const char *dir) {
     for (int l = 0; l < lora->n_layers && rc == 0; l++) {
         for (int p = 0; p < QLT_PROJ_COUNT && rc == 0; p++) {
             const qlt_lora_slot *s = &lora->slots[l][p];
-            if (!s->active) continue;
+            if (!qlt_lora_owns_module(s, p)) continue;
             for (int which = 0; which < 2 && rc == 0; which++) {
                 const qlt_st_tensor *t;
-                rc = qlt_lora_peft_tensor(&f, l, p, which ? 'B' : 'A', lora->r, s->in, s->out, &t);
+                rc = qlt_lora_peft_module_tensor(&f, lora->fused, l, p, which ? 'B' : 'A', lora->r, s->in,
+                                                 s->module_out, &t);
                 if (rc == 0) {
                     qlt_st_read_f32(t, host + (which ? qlt_lora_offset_b(lora, s) : s->offset_a));
                     used++;
@@ -248,16 +287,18 @@ int qlt_lora_save_peft_host(const qlt_lora *lora, const float *host, const qlt_m
     qlt_st_writer_set_metadata(&w, "{\"format\":\"pt\"}");
     char name[256];
     cJSON *targets = cJSON_CreateArray();
+    qlt_model_config kind = {.arch = lora->fused ? QLT_ARCH_PHI3 : QLT_ARCH_LLAMA};
     for (int p = 0; p < QLT_PROJ_COUNT; p++)
-        if (lora->targets & proj_target_bit[p]) cJSON_AddItemToArray(targets, cJSON_CreateString(qlt_proj_name(p)));
+        if ((lora->targets & proj_target_bit[p]) && (int)qlt_fused_module_of(&kind, (qlt_proj)p).first == p)
+            cJSON_AddItemToArray(targets, cJSON_CreateString(qlt_fused_module_name(&kind, (qlt_proj)p)));
     for (int l = 0; l < lora->n_layers; l++) {
         for (int p = 0; p < QLT_PROJ_COUNT; p++) {
             const qlt_lora_slot *s = &lora->slots[l][p];
-            if (!s->active) continue;
-            int64_t shape_a[2] = {lora->r, s->in}, shape_b[2] = {s->out, lora->r};
-            qlt_lora_tensor_name(name, sizeof name, l, p, 'A');
+            if (!qlt_lora_owns_module(s, p)) continue;
+            int64_t shape_a[2] = {lora->r, s->in}, shape_b[2] = {s->module_out, lora->r};
+            qlt_lora_module_tensor_name(lora, name, sizeof name, l, p, 'A');
             qlt_st_writer_add(&w, name, QLT_DTYPE_F32, 2, shape_a, host + s->offset_a);
-            qlt_lora_tensor_name(name, sizeof name, l, p, 'B');
+            qlt_lora_module_tensor_name(lora, name, sizeof name, l, p, 'B');
             qlt_st_writer_add(&w, name, QLT_DTYPE_F32, 2, shape_b, host + qlt_lora_offset_b(lora, s));
         }
     }

@@ -12,10 +12,16 @@
 #include "formats/safetensors.h"
 #include "model/model.h"
 
+/* A fused module (Phi-3's qkv_proj, gate_up_proj: model/fused_proj.h) is one adapter, A [r, in] and B
+ * [sum of its projections' out, r], as PEFT has it: each of its projections' slots points at the same A and at
+ * its own rows of B, so y_p = W_p x + scale B_p (A x) and A's gradient sums over them. */
 typedef struct qlt_lora_slot {
     int active;       /* this projection carries an adapter */
-    int64_t in, out;
-    int64_t offset_a; /* element offset of A in the arenas; B follows at offset_a + r*in */
+    int64_t in, out;  /* out: this projection's rows */
+    int64_t offset_a; /* element offset of A in the arenas (shared by a fused module's projections) */
+    int64_t offset_b; /* element offset of this projection's rows of B; a module's B follows its A */
+    int module_first; /* the first projection of its module (itself unless fused): the slot that owns A and B */
+    int64_t module_out; /* rows of the module's B (out unless fused) */
 } qlt_lora_slot;
 
 typedef struct qlt_lora {
@@ -26,16 +32,20 @@ typedef struct qlt_lora {
     unsigned targets;    /* QLT_TARGET_* bits */
     float dropout;
     int n_layers;
+    int fused;           /* the model fuses q/k/v and gate/up (qlt_model_fused): PEFT names qkv_proj, gate_up_proj */
     qlt_lora_slot (*slots)[QLT_PROJ_COUNT]; /* [n_layers][QLT_PROJ_COUNT] */
     int64_t n_params;
     qlt_backend *be;
     float *params, *grads, *m, *v; /* backend memory, [n_params] each */
 } qlt_lora;
 
-/* Element offset of B [out, r] in the arenas: right after A [r, in]. */
+/* Element offset of this projection's B [out, r] in the arenas (a module's own B: right after its A [r, in]). */
 static inline int64_t qlt_lora_offset_b(const qlt_lora *lora, const qlt_lora_slot *s) {
-    return s->offset_a + (int64_t)lora->r * s->in;
+    (void)lora;
+    return s->offset_b;
 }
+/* 1 when slot p of a layer owns a PEFT module's A and B (every active slot but a fused module's later ones). */
+static inline int qlt_lora_owns_module(const qlt_lora_slot *s, int p) { return s->active && s->module_first == p; }
 
 /* The groups of projections that read one input, in forward order: q/k/v (from the attention norm), o,
  * gate/up (from the MLP norm, stacked), down. The forward hands each to the backend as one linear group
@@ -72,6 +82,11 @@ int qlt_lora_save_peft_host(const qlt_lora *lora, const float *host_params, cons
                             const char *base_model, const char *dir);
 /* PEFT tensor name of layer l, projection p, matrix 'A' or 'B'. */
 void qlt_lora_tensor_name(char *buf, size_t size, int layer, qlt_proj p, char which);
+/* The same for the module that owns slot p of lora (fused: qkv_proj, gate_up_proj). */
+void qlt_lora_module_tensor_name(const qlt_lora *lora, char *buf, size_t size, int layer, qlt_proj p, char which);
+/* qlt_lora_peft_tensor with the module named by fused (qlt_model_fused) and out the module's rows. */
+int qlt_lora_peft_module_tensor(const qlt_st_file *f, int fused, int layer, qlt_proj p, char which, int r, int64_t in,
+                                int64_t out, const qlt_st_tensor **t);
 void qlt_lora_free(qlt_lora *lora);
 
 #endif

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/fileutil.h"
 #include "formats/bnb_checkpoint.h"
+#include "model/fused_proj.h"
 #include "model/lora.h"
 #include "nf4/nf4.h"
 
@@ -37,15 +38,17 @@ void qlt_merge_weight(void *out, qlt_dtype dtype, const float *w, const float *a
     }
 }
 
-/* "model.layers.<l>.<parent>.<proj>.weight" -> l and p; 0 when name is no projection weight of this model. */
-static int parse_projection(const char *name, int n_layers, int *layer, qlt_proj *proj) {
+/* "model.layers.<l>.<parent>.<proj>.weight" -> l and p; 0 when name is no projection weight of this model. A
+ * fused module (Phi-3's qkv_proj, gate_up_proj: model/fused_proj.h) gives its first projection. */
+static int parse_projection(const qlt_model_config *c, const char *name, int n_layers, int *layer, qlt_proj *proj) {
     int l, n = 0;
     char parent[32], pname[32];
     if (sscanf(name, "model.layers.%d.%31[^.].%31[^.].weight%n", &l, parent, pname, &n) != 3 || name[n] != '\0' ||
         l < 0 || l >= n_layers)
         return 0;
     for (int p = 0; p < QLT_PROJ_COUNT; p++) {
-        if (strcmp(pname, qlt_proj_name(p)) == 0 && strcmp(parent, qlt_proj_parent(p)) == 0) {
+        if ((int)qlt_fused_module_of(c, (qlt_proj)p).first != p) continue;
+        if (strcmp(pname, qlt_fused_module_name(c, p)) == 0 && strcmp(parent, qlt_proj_parent(p)) == 0) {
             *layer = l;
             *proj = p;
             return 1;
@@ -92,7 +95,7 @@ static int list_tensors(qlt_merge *m) {
             if (c->tie_word_embeddings && strcmp(t->name, "lm_head.weight") == 0) continue; /* tied: not stored */
             int l;
             qlt_proj p;
-            if (!parse_projection(t->name, c->n_layers, &l, &p)) {
+            if (!parse_projection(c, t->name, c->n_layers, &l, &p)) {
                 if (part == 1)
                     rc = qlt_fail("%s: module '%s' is quantized, but only the q/k/v/o/gate/up/down projections of a "
                                   "bitsandbytes checkpoint can be dequantized here", f->path, module);
@@ -101,11 +104,12 @@ static int list_tensors(qlt_merge *m) {
                 continue;
             }
             int64_t rows, cols;
-            qlt_model_proj_shape(c, p, &rows, &cols);
-            if (seen[l * QLT_PROJ_COUNT + p]++) {
+            qlt_fused_module_shape(c, p, &rows, &cols);
+            if (seen[l * QLT_PROJ_COUNT + p]) {
                 rc = qlt_fail("%s: tensor '%s' is stored twice in the model's safetensors files", f->path, t->name);
                 break;
             }
+            for (int j = 0; j < qlt_fused_module_of(c, p).count; j++) seen[l * QLT_PROJ_COUNT + p + j] = 1;
             if (part != 1 && (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols || !qlt_dtype_is_float(t->dtype))) {
                 char got[64];
                 qlt_st_format_shape(got, sizeof got, t->ndim, t->shape);
@@ -129,7 +133,7 @@ static int list_tensors(qlt_merge *m) {
         for (int p = 0; p < QLT_PROJ_COUNT && rc == 0; p++)
             if (!seen[l * QLT_PROJ_COUNT + p])
                 rc = qlt_fail("%s: tensor 'model.layers.%d.%s.%s.weight' is missing from the model's safetensors files",
-                              m->model_dir, l, qlt_proj_parent(p), qlt_proj_name(p));
+                              m->model_dir, l, qlt_proj_parent(p), qlt_fused_module_name(c, p));
     free(seen);
     return rc;
 }
@@ -139,12 +143,13 @@ static int check_adapter(qlt_merge *m) {
     int used = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         for (int p = 0; p < QLT_PROJ_COUNT; p++) {
-            if (!(m->targets & qlt_lora_target_bit(p))) continue;
+            if (!(m->targets & qlt_lora_target_bit(p)) || (int)qlt_fused_module_of(&m->cfg, p).first != p) continue;
             int64_t rows, cols;
-            qlt_model_proj_shape(&m->cfg, p, &rows, &cols);
+            qlt_fused_module_shape(&m->cfg, p, &rows, &cols);
             const qlt_st_tensor *t;
-            QLT_TRY(qlt_lora_peft_tensor(&m->adapter, l, p, 'A', m->r, cols, rows, &t));
-            QLT_TRY(qlt_lora_peft_tensor(&m->adapter, l, p, 'B', m->r, cols, rows, &t));
+            const int fused = qlt_model_fused(&m->cfg);
+            QLT_TRY(qlt_lora_peft_module_tensor(&m->adapter, fused, l, p, 'A', m->r, cols, rows, &t));
+            QLT_TRY(qlt_lora_peft_module_tensor(&m->adapter, fused, l, p, 'B', m->r, cols, rows, &t));
             used += 2;
         }
     }
@@ -269,8 +274,11 @@ int qlt_merge_read(const qlt_merge *m, int i, qlt_dtype dtype, void *out) {
         return 0;
     }
     const qlt_st_tensor *ta, *tb;
-    QLT_ASSERT(qlt_lora_peft_tensor(&m->adapter, x->layer, x->proj, 'A', m->r, x->shape[1], x->shape[0], &ta) == 0);
-    QLT_ASSERT(qlt_lora_peft_tensor(&m->adapter, x->layer, x->proj, 'B', m->r, x->shape[1], x->shape[0], &tb) == 0);
+    const int fused = qlt_model_fused(&m->cfg);
+    QLT_ASSERT(qlt_lora_peft_module_tensor(&m->adapter, fused, x->layer, x->proj, 'A', m->r, x->shape[1], x->shape[0],
+                                           &ta) == 0);
+    QLT_ASSERT(qlt_lora_peft_module_tensor(&m->adapter, fused, x->layer, x->proj, 'B', m->r, x->shape[1], x->shape[0],
+                                           &tb) == 0);
     float *a = qlt_xmalloc(sizeof(float) * (size_t)ta->numel), *b = qlt_xmalloc(sizeof(float) * (size_t)tb->numel);
     qlt_st_read_f32(ta, a);
     qlt_st_read_f32(tb, b);

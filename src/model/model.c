@@ -11,6 +11,8 @@
 #include "formats/bnb_checkpoint.h"
 #include "formats/safetensors.h"
 #include "model/gemma_model.h"
+#include "model/fused_proj.h"
+#include "model/longrope.h"
 #include "nf4/nf4.h"
 
 static const char *proj_names[QLT_PROJ_COUNT] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
@@ -85,14 +87,28 @@ static int load_prequantized(qlt_model *m, const qlt_st_dir *d, const char *dir,
     return 0;
 }
 
+int qlt_model_check_backend(const qlt_model_config *c, const qlt_backend *be, const char *path) {
+    if (qlt_model_rope_scaled(c) && !be->rope_scaled)
+        return qlt_fail("%s: %s's rotary embedding (%d of %d dims rotate, attention factor %g) runs on the CPU only; "
+                        "set train.device: cpu", path, c->arch_name, qlt_model_rotary_dim(c), c->head_dim,
+                        c->rope_attn_factor ? c->rope_attn_factor : 1.0);
+    return 0;
+}
+
 int qlt_model_finish(qlt_model *m) {
-    size_t bytes = sizeof(float) * (size_t)(m->cfg.head_dim / 2);
+    size_t bytes = sizeof(float) * (size_t)(qlt_model_rotary_dim(&m->cfg) / 2);
     float *inv = qlt_xmalloc(bytes);
     qlt_model_rope_inv_freq(&m->cfg, inv);
     m->inv_freq = m->be->alloc(m->be, bytes);
     if (m->inv_freq) m->be->upload(m->be, m->inv_freq, inv, bytes);
+    if (m->cfg.rope_type == QLT_ROPE_LONGROPE) { /* the long factors beside the short ones */
+        qlt_longrope_inv_freq(&m->cfg, 1, inv);
+        m->inv_freq_long = m->be->alloc(m->be, bytes);
+        if (m->inv_freq_long) m->be->upload(m->be, m->inv_freq_long, inv, bytes);
+    }
     free(inv);
-    if (!m->inv_freq) return qlt_fail("out of %s memory", m->be->name);
+    if (!m->inv_freq || (m->cfg.rope_type == QLT_ROPE_LONGROPE && !m->inv_freq_long))
+        return qlt_fail("out of %s memory", m->be->name);
     QLT_TRY(qlt_gemma_finish(m));
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const qlt_layer *L = &m->layers[l];
@@ -111,6 +127,7 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
     m->be = be;
     QLT_TRY(qlt_model_config_load(&m->cfg, dir));
     QLT_TRY(qlt_gemma_backend_check(&m->cfg, be, dir)); /* before any weight is read */
+    QLT_TRY(qlt_model_check_backend(&m->cfg, be, dir));
     const qlt_model_config *c = &m->cfg;
     qlt_bnb_config bnb;
     int pre_quantized = qlt_bnb_detect(dir, &bnb);
@@ -150,7 +167,9 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
                      i ? "post_feedforward_layernorm" : "post_attention_layernorm");
             if (load_vector(m, &d, dir, name, h, i ? &L->post_mlp_norm : &L->post_attn_norm)) goto done;
         }
+        if (qlt_model_fused(c) && qlt_fused_load_layer(m, &d, dir, l, pre_quantized, blocksize, dq, L)) goto done;
         for (int p = 0; p < QLT_PROJ_COUNT; p++) {
+            if (qlt_fused_module_of(c, (qlt_proj)p).count > 1) continue; /* loaded with its fused module */
             int64_t rows, cols;
             qlt_model_proj_shape(c, p, &rows, &cols);
             snprintf(name, sizeof name, "model.layers.%d.%s.%s", l, qlt_proj_parent(p), qlt_proj_name(p));
@@ -205,5 +224,6 @@ void qlt_model_free(qlt_model *m) {
     be->free(be, m->final_norm);
     be->free(be, m->inv_freq);
     be->free(be, m->inv_freq_local);
+    be->free(be, m->inv_freq_long);
     memset(m, 0, sizeof *m);
 }

@@ -41,8 +41,9 @@ typedef struct qlt_model {
                             when the checkpoint also stores an lm_head.weight: transformers ties it too */
     int lm_head_shared;
     float *final_norm;   /* [hidden] */
-    float *inv_freq;     /* [head_dim / 2] RoPE frequencies */
+    float *inv_freq;     /* [rotary_dim / 2] RoPE frequencies (LongRoPE: the short factors') */
     float *inv_freq_local; /* [head_dim / 2] Gemma's sliding layers' RoPE frequencies, else NULL */
+    float *inv_freq_long; /* [rotary_dim / 2] LongRoPE's long factors' frequencies, else NULL */
     qlt_layer *layers;   /* [n_layers] */
     int quantized;       /* linear layers are NF4 */
 } qlt_model;
@@ -61,6 +62,13 @@ int qlt_model_load(qlt_model *m, qlt_backend *be, const char *dir, const qlt_mod
  * mapped onto the Hugging Face layout (llama.cpp's q/k row order undone), each dequantized to float32
  * and then stored as opts asks (NF4 or dense). */
 int qlt_model_load_gguf(qlt_model *m, qlt_backend *be, const char *path, const qlt_model_load_opts *opts);
+/* 0 when backend be can run the architecture c (else -1 with qlt_fail naming path: Phi-3's partial rotary /
+ * LongRoPE attention factor need be->rope_scaled); checked before any weight is read. */
+int qlt_model_check_backend(const qlt_model_config *c, const qlt_backend *be, const char *path);
+/* The RoPE frequencies of a batch whose largest position is max_position (LongRoPE: short or long). */
+static inline const float *qlt_model_inv_freq(const qlt_model *m, int max_position) {
+    return m->inv_freq_long && max_position + 1 > m->cfg.rope_original_max_pos ? m->inv_freq_long : m->inv_freq;
+}
 /* The last step of both model builders: uploads the RoPE frequencies of m->cfg into m->inv_freq,
  * prepares each layer's gate+up stack (be->weight_stack_prepare) and q/k/v biases (be->bias_prepare).
  * 0 or -1 with qlt_fail. */

@@ -14,6 +14,7 @@
 #include "formats/gguf.h"
 #include "formats/gguf_dequant.h"
 #include "model/gemma_config.h"
+#include "model/longrope.h"
 
 static const struct {
     const char *name;
@@ -25,6 +26,7 @@ static const struct {
     {"MistralForCausalLM", QLT_ARCH_MISTRAL},
     {"Gemma2ForCausalLM", QLT_ARCH_GEMMA2},
     {"Gemma3ForCausalLM", QLT_ARCH_GEMMA3},
+    {"Phi3ForCausalLM", QLT_ARCH_PHI3},
 };
 
 static int get_int(const cJSON *root, const char *key, int required, int def, int *out, const char *path) {
@@ -77,6 +79,7 @@ static int parse_sliding_window(qlt_model_config *mc, const cJSON *root, const c
     if (!use) return 0;
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
     if (sw && cJSON_IsNull(sw)) return 0;
+    if (!sw && mc->arch == QLT_ARCH_PHI3) return 0; /* Phi3Config's default is none */
     int window;
     QLT_TRY(get_int(root, "sliding_window", 0, 4096, &window, path));
     if (window < 1) return qlt_fail("%s: 'sliding_window' must be a positive integer or null (got %d)", path, window);
@@ -155,13 +158,18 @@ static int parse_rope(qlt_model_config *mc, const cJSON *root, const char *path)
     if (params) QLT_TRY(get_double(params, "rope_theta", mc->rope_theta, &mc->rope_theta, path));
     const cJSON *s = params ? params : (cJSON_IsObject(scaling) ? scaling : NULL);
     mc->rope_type = QLT_ROPE_DEFAULT;
+    if (mc->arch == QLT_ARCH_PHI3) QLT_TRY(qlt_longrope_parse_partial(mc, params, root, path));
     if (!s) return 0;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "rope_type");
     if (!type) type = cJSON_GetObjectItemCaseSensitive(s, "type");
     if (!type || cJSON_IsNull(type) || (cJSON_IsString(type) && strcmp(type->valuestring, "default") == 0)) return 0;
     if (!cJSON_IsString(type)) return qlt_fail("%s: rope_type must be a string", path);
+    const char *tn = type->valuestring; /* transformers reads Phi-3's "su" and "yarn" as longrope */
+    if (strcmp(tn, "longrope") == 0 || (mc->arch == QLT_ARCH_PHI3 && (strcmp(tn, "su") == 0 || strcmp(tn, "yarn") == 0)))
+        return qlt_longrope_parse(mc, s, root, path);
     if (strcmp(type->valuestring, "llama3") != 0)
-        return qlt_fail("%s: rope_type '%s' is not supported (supported: default, llama3)", path, type->valuestring);
+        return qlt_fail("%s: rope_type '%s' is not supported (supported: default, llama3, longrope)", path,
+                        type->valuestring);
     mc->rope_type = QLT_ROPE_LLAMA3;
     QLT_TRY(get_double(s, "factor", 8.0, &mc->rope_factor, path));
     QLT_TRY(get_double(s, "low_freq_factor", 1.0, &mc->rope_low_freq_factor, path));
@@ -184,7 +192,7 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
     const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
     if (!cJSON_IsString(a0)) {
         qlt_fail("%s: missing 'architectures' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                 "MistralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)", path);
+                 "MistralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM)", path);
         goto done;
     }
     int found = 0;
@@ -195,17 +203,14 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
         }
     }
     if (!found) {
-        /* Phi-3 / Phi-4 are asked for by name: say what is missing */
-        const char *why = strcmp(a0->valuestring, "Phi3ForCausalLM") == 0
-                              ? " yet (its fused qkv_proj / gate_up_proj with their LoRA and LongRoPE are not "
-                                "implemented)"
-                          : strcmp(a0->valuestring, "Gemma3ForConditionalGeneration") == 0
+        /* the multimodal Gemma 3 is asked for by name: say what loads */
+        const char *why = strcmp(a0->valuestring, "Gemma3ForConditionalGeneration") == 0
                               ? " (the text model is: a Gemma3ForCausalLM directory of its text_config and "
                                 "language model weights)"
                               : "";
         qlt_fail("%s: architecture '%s' is not supported%s (supported: LlamaForCausalLM, Qwen2ForCausalLM, "
-                 "Qwen3ForCausalLM, MistralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)", path, a0->valuestring,
-                 why);
+                 "Qwen3ForCausalLM, MistralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM)", path,
+                 a0->valuestring, why);
         goto done;
     }
     snprintf(mc->arch_name, sizeof mc->arch_name, "%s", a0->valuestring);
@@ -433,10 +438,14 @@ int qlt_model_config_from_gguf(qlt_model_config *mc, const qlt_gguf *g) {
 }
 
 void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq) {
-    int half = mc->head_dim / 2;
+    if (mc->rope_type == QLT_ROPE_LONGROPE) {
+        qlt_longrope_inv_freq(mc, 0, inv_freq);
+        return;
+    }
+    int dim = qlt_model_rotary_dim(mc), half = dim / 2;
     for (int i = 0; i < half; i++) {
         /* transformers: 1 / theta ** (arange(0, dim, 2).float() / dim), computed in float32 */
-        float expo = (float)(2 * i) / (float)mc->head_dim;
+        float expo = (float)(2 * i) / (float)dim;
         double f = 1.0 / pow(mc->rope_theta, (double)expo);
         if (mc->rope_type == QLT_ROPE_FACTORS) f /= mc->rope_factors[i]; /* llama.cpp: theta / freq_factor */
         if (mc->rope_type == QLT_ROPE_LINEAR) f /= mc->rope_factor;         /* transformers: inv_freq / factor */

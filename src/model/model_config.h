@@ -1,7 +1,7 @@
 /* model_config.h: the architecture of a Hugging Face decoder-only model, read from its config.json or
  * from a llama.cpp GGUF file's metadata. Supported: LlamaForCausalLM, Qwen2ForCausalLM (q/k/v bias),
  * Qwen3ForCausalLM (q/k RMSNorm per head), MistralForCausalLM (sliding-window attention), Gemma2ForCausalLM and
- * Gemma3ForCausalLM (model/gemma_config.c) (GGUF: general.architecture llama, mistral,
+ * Gemma3ForCausalLM (model/gemma_config.c), Phi3ForCausalLM (GGUF: general.architecture llama, mistral,
  * qwen2, qwen3). RoPE: default and llama3 scaling (rope_theta either top level or under rope_parameters,
  * transformers 5), or a GGUF file's rope_freqs.weight divisors. */
 #ifndef QLT_MODEL_CONFIG_H
@@ -17,6 +17,7 @@ typedef enum qlt_arch {
     QLT_ARCH_MISTRAL,
     QLT_ARCH_GEMMA2, /* Gemma2ForCausalLM (model/gemma_config.c) */
     QLT_ARCH_GEMMA3, /* Gemma3ForCausalLM, the text model */
+    QLT_ARCH_PHI3, /* Phi-3 / Phi-4: fused qkv_proj / gate_up_proj (model/fused_proj.h), LongRoPE, partial rotary */
 } qlt_arch;
 
 typedef enum qlt_rope_type {
@@ -24,6 +25,7 @@ typedef enum qlt_rope_type {
     QLT_ROPE_LLAMA3,
     QLT_ROPE_FACTORS, /* default frequencies divided by rope_factors[i] (llama.cpp's rope_freqs.weight) */
     QLT_ROPE_LINEAR,  /* default frequencies divided by rope_factor (transformers' "linear"; Gemma 3) */
+    QLT_ROPE_LONGROPE, /* Phi-3's LongRoPE ("su"): short / long factors, attention factor (model/longrope.h) */
 } qlt_rope_type;
 
 #define QLT_MAX_ROPE_FACTORS 256 /* head_dim / 2 for the largest head_dim (512) */
@@ -45,6 +47,11 @@ typedef struct qlt_model_config {
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;
     float rope_factors[QLT_MAX_ROPE_FACTORS]; /* [head_dim / 2], QLT_ROPE_FACTORS only */
+    /* LongRoPE (QLT_ROPE_LONGROPE): frequencies divided by short_factor[i] while every position of a batch is
+     * below rope_original_max_pos, else by long_factor[i]; cos and sin times rope_attn_factor. [rotary / 2] */
+    float rope_short_factor[QLT_MAX_ROPE_FACTORS], rope_long_factor[QLT_MAX_ROPE_FACTORS];
+    float rope_attn_factor; /* LongRoPE's; 0 (or 1): none */
+    int rotary_dim;         /* dims of each head that rotate (Phi-3's partial_rotary_factor); 0 = all head_dim */
     int context_length; /* max_position_embeddings / <arch>.context_length; informational, 0 = unknown */
     int tie_word_embeddings;
     int attention_bias; /* q/k/v have bias (Qwen2; Llama attention_bias) */
@@ -67,6 +74,19 @@ typedef struct qlt_model_config {
     double rope_local_factor;
 } qlt_model_config;
 
+/* Dims of each head the rotary embedding turns (the first ones; the rest pass through). */
+static inline int qlt_model_rotary_dim(const qlt_model_config *mc) {
+    return mc->rotary_dim > 0 ? mc->rotary_dim : mc->head_dim;
+}
+/* 1 when the checkpoint fuses q/k/v into qkv_proj and gate/up into gate_up_proj (Phi-3). */
+static inline int qlt_model_fused(const qlt_model_config *mc) { return mc->arch == QLT_ARCH_PHI3; }
+/* 1 when the rotary embedding needs the backend's rope_scaled (partial rotary or an attention factor) and
+ * frequencies picked per batch (LongRoPE): the CPU backend's only. */
+static inline int qlt_model_rope_scaled(const qlt_model_config *mc) {
+    return qlt_model_rotary_dim(mc) != mc->head_dim || (mc->rope_attn_factor != 0.0f && mc->rope_attn_factor != 1.0f) ||
+           mc->rope_type == QLT_ROPE_LONGROPE;
+}
+
 /* The window of layer l (0: full causal attention). */
 static inline int qlt_model_layer_window(const qlt_model_config *mc, int l) {
     return mc->sliding_window > 0 && l < QLT_MAX_LAYERS && mc->layer_sliding[l] ? mc->sliding_window : 0;
@@ -86,7 +106,8 @@ int qlt_model_config_parse(qlt_model_config *mc, const char *json_text, const ch
  * blk.0.attn_q.bias exists; rope_freqs.weight as QLT_ROPE_FACTORS). Errors name the file and key. */
 struct qlt_gguf;
 int qlt_model_config_from_gguf(qlt_model_config *mc, const struct qlt_gguf *g);
-/* inv_freq[i], i < head_dim/2, with the config's RoPE scaling applied (as transformers computes it). */
+/* inv_freq[i], i < rotary_dim/2, with the config's RoPE scaling applied (as transformers computes it; LongRoPE:
+ * the short factors, qlt_longrope_inv_freq has the long ones). */
 void qlt_model_rope_inv_freq(const qlt_model_config *mc, float *inv_freq);
 /* inv_freq of the sliding layers' own RoPE (Gemma; the same as qlt_model_rope_inv_freq for the others). */
 void qlt_model_rope_inv_freq_local(const qlt_model_config *mc, float *inv_freq);

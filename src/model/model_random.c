@@ -44,6 +44,7 @@ int qlt_model_init_random(qlt_model *m, qlt_backend *be, const qlt_model_config 
                           const qlt_model_load_opts *opts) {
     memset(m, 0, sizeof *m);
     QLT_TRY(qlt_gemma_backend_check(cfg, be, cfg->arch_name));
+    QLT_TRY(qlt_model_check_backend(cfg, be, "random model"));
     m->be = be;
     m->cfg = *cfg;
     const qlt_model_config *c = &m->cfg;

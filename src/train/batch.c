@@ -50,6 +50,7 @@ int64_t qlt_batch_stage(qlt_batch_buffers *bb, const int32_t *ids, const int32_t
     const int window = bb->dev.window;
     memcpy(h_ids, ids, n * sizeof(int32_t));
     int64_t count = 0;
+    bb->dev.max_position = 0;
     for (int b = 0; b < batch; b++) {
         for (int s = 0; s < seq; s++) {
             size_t t = (size_t)b * seq + s;
@@ -58,6 +59,7 @@ int64_t qlt_batch_stage(qlt_batch_buffers *bb, const int32_t *ids, const int32_t
             count += target != -100;
             h_seg[t] = seg_start ? seg_start[t] : 0;
             h_pos[t] = s - h_seg[t];
+            if (h_pos[t] > bb->dev.max_position) bb->dev.max_position = h_pos[t];
             h_win[t] = window > 0 && s - window + 1 > h_seg[t] ? s - window + 1 : h_seg[t];
         }
     }

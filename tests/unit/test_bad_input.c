@@ -250,10 +250,19 @@ Test(bad_input, cli_shape_mismatch) {
 }
 
 Test(bad_input, cli_unsupported_architecture) {
-    expect_config_edit_error("tiny-qwen3", "Qwen3ForCausalLM", "Phi3ForCausalLM",
-                             "Phi3ForCausalLM' is not supported yet", "supported: LlamaForCausalLM");
     expect_config_edit_error("tiny-qwen3", "Qwen3ForCausalLM", "GPT2LMHeadModel",
                              "'GPT2LMHeadModel' is not supported (", "supported: LlamaForCausalLM");
+}
+
+Test(bad_input, cli_phi3_rope_values) {
+    expect_config_edit_error("tiny-phi3", "\"partial_rotary_factor\": 0.75", "\"partial_rotary_factor\": 0.7",
+                             "config.json: partial_rotary_factor 0.7 gives 11 rotary dims", "must be even");
+    expect_config_edit_error("tiny-phi3", "\"rope_type\": \"longrope\"", "\"rope_type\": \"dynamic\"",
+                             "rope_type 'dynamic' is not supported", "longrope");
+    expect_config_edit_error("tiny-phi3-short", "\"short_factor\": [\n      1.0,", "\"short_factor\": [",
+                             "config.json: LongRoPE's 'short_factor' must be a list of 8 numbers", "rotary dims / 2");
+    expect_config_edit_error("tiny-phi3-short", "\"long_factor\": [\n      1.0,", "\"long_factor\": [\n      -1.0,",
+                             "LongRoPE's 'long_factor'[0] must be a positive number", "config.json");
 }
 
 Test(bad_input, cli_sliding_window_values) {

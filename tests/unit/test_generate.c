@@ -70,13 +70,16 @@ typedef struct fixture_name {
 
 ParameterizedTestParameters(generate, decode_matches_golden) {
     static fixture_name names[] = {{"tiny-llama"},     {"tiny-qwen2"},  {"tiny-qwen3"}, {"tiny-mistral"},
-                                   {"tiny-qwen2-swa"}, {"tiny-gemma2"}, {"tiny-gemma3"}};
+                                   {"tiny-qwen2-swa"}, {"tiny-gemma2"}, {"tiny-gemma3"}, {"tiny-phi3-short"}};
     return cr_make_param_array(fixture_name, names, sizeof names / sizeof names[0]);
 }
 
 /* The goldens' lora_logits [batch, seq, vocab] are HF + PEFT in float64 on whole rows; the decoder sees each row
  * as a prompt of 3 tokens (in chunks of 2, so the cache is written by two prompt calls) and then one token a step
- * (tiny-mistral: past its sliding window of 6 the cache holds keys the queries must not see).
+ * (tiny-mistral: past its sliding window of 6 the cache holds keys the queries must not see; tiny-phi3-short:
+ * fused projections, LongRoPE's short factors and attention factor. tiny-phi3 is left out: its golden rows take
+ * the long factors for every position, as transformers does for a 24-token forward, while decoding, as
+ * transformers' generate, takes the short ones until the positions pass original_max_position_embeddings).
  * Same tolerance as the training forward's golden test: 1e-5 of the logits' largest magnitude. */
 ParameterizedTest(fixture_name *fixture, generate, decode_matches_golden) {
     const char *const *name = (const char *const[]){fixture->name};

@@ -2,7 +2,9 @@
  * against Hugging Face transformers + PEFT (float64 goldens) on the tiny fixtures (tiny-mistral: a sliding
  * window of 6 over 24 tokens, so the window decides what most queries see; tiny-qwen2-swa: Qwen2's window of
  * 5 on layer 1 only; tiny-gemma2: soft-capped scores and logits, window 6 on layer 0; tiny-gemma3: q/k norms,
- * window 5 on layers 0-1 with their own RoPE base, linear RoPE scaling on layer 2), at the same
+ * window 5 on layers 0-1 with their own RoPE base, linear RoPE scaling on layer 2; tiny-phi3: Phi-3's fused
+ * qkv_proj / gate_up_proj with one adapter each, LongRoPE's long factors and attention factor, partial rotary, a
+ * window of 10; tiny-phi3-short: LongRoPE's short factors), at the same
  * tolerances for both: logits and loss without and with the initial adapter (F32 and BF16 weights), and every
  * LoRA gradient after one backward; with LoRA dropout (no golden for it), the gradients against central
  * differences of the loss the forward computes. */
@@ -163,6 +165,10 @@ ParameterizedTestParameters(golden, forward) {
         {"tiny-gemma2", "model.safetensors", 1e-5, 0},
         {"tiny-gemma3", "model.safetensors", 1e-5, 1},
         {"tiny-gemma3", "model.safetensors", 1e-5, 0},
+        {"tiny-phi3", "model.safetensors", 1e-5, 1},
+        {"tiny-phi3", "model.safetensors", 1e-5, 0},
+        {"tiny-phi3-short", "model.safetensors", 1e-5, 1},
+        {"tiny-phi3-short", "model.safetensors", 1e-5, 0},
         {"tiny-qwen2", "model.bf16.safetensors", 2e-2, 1},
         {"tiny-qwen2", "model.bf16.safetensors", 2e-2, 0},
         {"tiny-llama", "model.bf16.safetensors", 2e-2, 1},
@@ -175,6 +181,8 @@ ParameterizedTestParameters(golden, forward) {
         {"tiny-gemma2", "model.bf16.safetensors", 2e-2, 0},
         {"tiny-gemma3", "model.bf16.safetensors", 2e-2, 1},
         {"tiny-gemma3", "model.bf16.safetensors", 2e-2, 0},
+        {"tiny-phi3", "model.bf16.safetensors", 2e-2, 1},
+        {"tiny-phi3", "model.bf16.safetensors", 2e-2, 0},
     };
     return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -212,6 +220,10 @@ ParameterizedTestParameters(golden, gradients) {
         {"tiny-gemma2", "model.safetensors", 1e-4, 0},
         {"tiny-gemma3", "model.safetensors", 1e-4, 1},
         {"tiny-gemma3", "model.safetensors", 1e-4, 0},
+        {"tiny-phi3", "model.safetensors", 1e-4, 1},
+        {"tiny-phi3", "model.safetensors", 1e-4, 0},
+        {"tiny-phi3-short", "model.safetensors", 1e-4, 1},
+        {"tiny-phi3-short", "model.safetensors", 1e-4, 0},
     };
     return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -263,6 +275,8 @@ ParameterizedTestParameters(golden, dropout_gradients) {
         {"tiny-gemma2", "model.safetensors", 2e-2, 0},
         {"tiny-gemma3", "model.safetensors", 2e-2, 1},
         {"tiny-gemma3", "model.safetensors", 2e-2, 0},
+        {"tiny-phi3", "model.safetensors", 2e-2, 1},
+        {"tiny-phi3", "model.safetensors", 2e-2, 0},
     };
     return cr_make_param_array(golden_case, cases, sizeof cases / sizeof cases[0]);
 }

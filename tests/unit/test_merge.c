@@ -114,8 +114,8 @@ typedef struct merge_case {
 } merge_case;
 
 ParameterizedTestParameters(merge, f32_gives_base_plus_adapter) {
-    static merge_case cases[] = {{"tiny-qwen2", 1}, {"tiny-llama", 1}, {"tiny-qwen3", 1},
-                                 {"tiny-qwen2", 0}, {"tiny-llama", 0}, {"tiny-qwen3", 0}};
+    static merge_case cases[] = {{"tiny-qwen2", 1}, {"tiny-llama", 1}, {"tiny-qwen3", 1}, {"tiny-phi3", 1},
+                                 {"tiny-qwen2", 0}, {"tiny-llama", 0}, {"tiny-qwen3", 0}, {"tiny-phi3", 0}};
     return cr_make_param_array(merge_case, cases, sizeof cases / sizeof cases[0]);
 }
 

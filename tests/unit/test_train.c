@@ -80,7 +80,8 @@ ParameterizedTestParameters(train, golden_three_steps) {
     static fixture_case cases[] = {{"tiny-qwen2", 1},   {"tiny-llama", 1}, {"tiny-qwen3", 1}, {"tiny-mistral", 1},
                                    {"tiny-qwen2-swa", 1}, {"tiny-qwen2", 0}, {"tiny-llama", 0}, {"tiny-qwen3", 0},
                                    {"tiny-mistral", 0}, {"tiny-qwen2-swa", 0}, {"tiny-gemma2", 1},
-                                   {"tiny-gemma3", 1},  {"tiny-gemma2", 0}, {"tiny-gemma3", 0}};
+                                   {"tiny-gemma3", 1},  {"tiny-gemma2", 0}, {"tiny-gemma3", 0},
+                                   {"tiny-phi3", 1}, {"tiny-phi3", 0}, {"tiny-phi3-short", 1}, {"tiny-phi3-short", 0}};
     return cr_make_param_array(fixture_case, cases, sizeof cases / sizeof cases[0]);
 }
 
