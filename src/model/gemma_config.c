@@ -91,20 +91,8 @@ static int parse_gemma_rope(qlt_model_config *mc, const cJSON *root, const char 
 static int parse_layer_kinds(qlt_model_config *mc, const cJSON *root, const char *path) {
     if (mc->n_layers > QLT_MAX_LAYERS)
         return qlt_fail("%s: %d layers; at most %d are supported for Gemma", path, mc->n_layers, QLT_MAX_LAYERS);
-    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    if (types && !cJSON_IsNull(types)) {
-        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != mc->n_layers)
-            return qlt_fail("%s: 'layer_types' must be a list of num_hidden_layers (%d) strings", path, mc->n_layers);
-        for (int l = 0; l < mc->n_layers; l++) {
-            const cJSON *t = cJSON_GetArrayItem(types, l);
-            int full = cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0;
-            int slide = cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
-            if (!full && !slide)
-                return qlt_fail("%s: layer_types[%d] must be \"full_attention\" or \"sliding_attention\"", path, l);
-            mc->layer_sliding[l] = (unsigned char)slide;
-        }
-        return 0;
-    }
+    int listed = qlt_model_parse_layer_types(mc, root, path);
+    if (listed != 0) return listed < 0 ? -1 : 0;
     double pattern = 2;
     if (mc->arch == QLT_ARCH_GEMMA3) QLT_TRY(number(root, "sliding_window_pattern", 6, &pattern, path));
     if (!(pattern >= 1 && pattern <= 1e6 && pattern == floor(pattern)))

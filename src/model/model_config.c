@@ -54,6 +54,22 @@ static int get_double(const cJSON *root, const char *key, double def, double *ou
     return 0;
 }
 
+int qlt_model_parse_layer_types(qlt_model_config *mc, const cJSON *root, const char *path) {
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (!types || cJSON_IsNull(types)) return 0;
+    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != mc->n_layers)
+        return qlt_fail("%s: 'layer_types' must be a list of num_hidden_layers (%d) strings", path, mc->n_layers);
+    for (int l = 0; l < mc->n_layers; l++) {
+        const cJSON *t = cJSON_GetArrayItem(types, l);
+        int full = cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0;
+        int slide = cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
+        if (!full && !slide)
+            return qlt_fail("%s: layer_types[%d] must be \"full_attention\" or \"sliding_attention\"", path, l);
+        mc->layer_sliding[l] = (unsigned char)slide;
+    }
+    return 1;
+}
+
 static int get_bool(const cJSON *root, const char *key, int def, int *out, const char *path) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!it || cJSON_IsNull(it)) {
@@ -91,20 +107,8 @@ static int parse_sliding_window(qlt_model_config *mc, const cJSON *root, const c
         memset(mc->layer_sliding, 1, (size_t)mc->n_layers);
         return 0;
     }
-    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    if (types && !cJSON_IsNull(types)) {
-        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != mc->n_layers)
-            return qlt_fail("%s: 'layer_types' must be a list of num_hidden_layers (%d) strings", path, mc->n_layers);
-        for (int l = 0; l < mc->n_layers; l++) {
-            const cJSON *t = cJSON_GetArrayItem(types, l);
-            int full = cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0;
-            int slide = cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
-            if (!full && !slide)
-                return qlt_fail("%s: layer_types[%d] must be \"full_attention\" or \"sliding_attention\"", path, l);
-            mc->layer_sliding[l] = (unsigned char)slide;
-        }
-        return 0;
-    }
+    int listed = qlt_model_parse_layer_types(mc, root, path);
+    if (listed != 0) return listed < 0 ? -1 : 0;
     int from;
     QLT_TRY(get_int(root, "max_window_layers", 0, 28, &from, path));
     for (int l = from; l < mc->n_layers; l++) mc->layer_sliding[l] = 1;

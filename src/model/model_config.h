@@ -87,6 +87,11 @@ static inline int qlt_model_rope_scaled(const qlt_model_config *mc) {
            mc->rope_type == QLT_ROPE_LONGROPE;
 }
 
+/* config.json's "layer_types" (transformers 5: "full_attention" / "sliding_attention" a layer) into
+ * mc->layer_sliding: 1 when listed, 0 when absent or null, -1 with qlt_fail naming path. */
+struct cJSON;
+int qlt_model_parse_layer_types(qlt_model_config *mc, const struct cJSON *root, const char *path);
+
 /* The window of layer l (0: full causal attention). */
 static inline int qlt_model_layer_window(const qlt_model_config *mc, int l) {
     return mc->sliding_window > 0 && l < QLT_MAX_LAYERS && mc->layer_sliding[l] ? mc->sliding_window : 0;

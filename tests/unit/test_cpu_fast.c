@@ -14,32 +14,7 @@
 
 static unsigned rng_state = 2024;
 
-static float noise(void) { /* uniform in [-1, 1) */
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return (float)((rng_state >> 8) & 0xffff) / 32768.0f - 1.0f;
-}
-
-static float *random_floats(int64_t n, float scale) {
-    float *x = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) x[i] = scale * noise();
-    return x;
-}
-
-static float *copy_floats(const float *x, int64_t n) {
-    float *y = malloc(sizeof(float) * (size_t)n);
-    memcpy(y, x, sizeof(float) * (size_t)n);
-    return y;
-}
-
-/* max |got - ref| / max |ref| */
-static double max_rel(const float *got, const float *ref, int64_t n) {
-    double err = 0, mx = 0;
-    for (int64_t i = 0; i < n; i++) {
-        err = fmax(err, fabs((double)got[i] - ref[i]));
-        mx = fmax(mx, fabs((double)ref[i]));
-    }
-    return mx > 0 ? err / mx : err;
-}
+static float *random_floats(int64_t n, float scale) { return test_random_floats(&rng_state, n, scale); }
 
 /* e^x over [-87, 88]: within 3e-7 relative of exp (a float rounding is 6e-8; the polynomial adds about as
  * much); the edges: exactly 1 at 0, 0 far below, inf far above, NaN through. */
@@ -74,7 +49,7 @@ Test(cpu_fast, sgemm_matches_the_reference) {
                     const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 3, ldc = n + 3;
                     const int64_t arows = ta ? k : m, brows = tb ? n : k;
                     float *a = random_floats(arows * lda + 1, 1.0f), *b = random_floats(brows * ldb + 1, 1.0f);
-                    float *c0 = random_floats(m * ldc, 1.0f), *c = copy_floats(c0, m * ldc), *ref = copy_floats(c0, m * ldc);
+                    float *c0 = random_floats(m * ldc, 1.0f), *c = test_copy_floats(c0, m * ldc), *ref = test_copy_floats(c0, m * ldc);
                     qlt_cpu_sgemm(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, beta, c, ldc);
                     qlt_cpu_gemm(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, beta, ref, ldc);
                     int64_t bad = 0;
@@ -106,19 +81,19 @@ Test(cpu_fast, rmsnorm_matches_the_reference) {
     float *y = malloc(sizeof(float) * n * d), *yr = malloc(sizeof(float) * n * d), rstd[70], rstdr[70];
     qlt_cpu_rmsnorm_fwd_fast(y, rstd, x, w, n, d, 1e-5f);
     qlt_cpu_rmsnorm_fwd(yr, rstdr, x, w, n, d, 1e-5f);
-    cr_expect_leq(max_rel(y, yr, n * d), 1e-6, "y: %.3g", max_rel(y, yr, n * d));
-    cr_expect_leq(max_rel(rstd, rstdr, n), 1e-6, "rstd: %.3g", max_rel(rstd, rstdr, n));
+    cr_expect_leq(test_rel_err(y, yr, n * d), 1e-6, "y: %.3g", test_rel_err(y, yr, n * d));
+    cr_expect_leq(test_rel_err(rstd, rstdr, n), 1e-6, "rstd: %.3g", test_rel_err(rstd, rstdr, n));
     for (int beta = 0; beta < 2; beta++) {
-        float *dx = random_floats(n * d, 1.0f), *dxr = copy_floats(dx, n * d);
+        float *dx = random_floats(n * d, 1.0f), *dxr = test_copy_floats(dx, n * d);
         qlt_cpu_rmsnorm_bwd_fast(dx, dy, x, rstdr, w, n, d, (float)beta);
         qlt_cpu_rmsnorm_bwd(dxr, dy, x, rstdr, w, n, d, (float)beta);
-        cr_expect_leq(max_rel(dx, dxr, n * d), 1e-6, "dx beta %d: %.3g", beta, max_rel(dx, dxr, n * d));
+        cr_expect_leq(test_rel_err(dx, dxr, n * d), 1e-6, "dx beta %d: %.3g", beta, test_rel_err(dx, dxr, n * d));
         free(dx), free(dxr);
     }
-    float *inplace = copy_floats(dy, n * d), *dxr = malloc(sizeof(float) * n * d);
+    float *inplace = test_copy_floats(dy, n * d), *dxr = malloc(sizeof(float) * n * d);
     qlt_cpu_rmsnorm_bwd_fast(inplace, inplace, x, rstdr, w, n, d, 0.0f);
     qlt_cpu_rmsnorm_bwd(dxr, dy, x, rstdr, w, n, d, 0.0f);
-    cr_expect_leq(max_rel(inplace, dxr, n * d), 1e-6, "dx in place: %.3g", max_rel(inplace, dxr, n * d));
+    cr_expect_leq(test_rel_err(inplace, dxr, n * d), 1e-6, "dx in place: %.3g", test_rel_err(inplace, dxr, n * d));
     free(x), free(w), free(dy), free(y), free(yr), free(inplace), free(dxr);
 }
 
@@ -131,10 +106,10 @@ Test(cpu_fast, rope_matches_the_reference) {
     for (int64_t t = 0; t < n; t++) pos[t] = (int32_t)(t * 97 % 5000);
     for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -(float)(2 * i) / hd);
     for (int inverse = 0; inverse < 2; inverse++) {
-        float *x = random_floats(n * heads * hd, 1.0f), *xr = copy_floats(x, n * heads * hd);
+        float *x = random_floats(n * heads * hd, 1.0f), *xr = test_copy_floats(x, n * heads * hd);
         qlt_cpu_rope_fast(x, pos, inv, n, heads, hd, inverse);
         qlt_cpu_rope(xr, pos, inv, n, heads, hd, inverse);
-        double e = max_rel(x, xr, n * heads * hd);
+        double e = test_rel_err(x, xr, n * heads * hd);
         cr_expect_leq(e, 1e-6, "inverse %d: %.3g", inverse, e);
         free(x), free(xr);
     }
@@ -149,15 +124,15 @@ Test(cpu_fast, swiglu_matches_the_reference) {
     float *h = malloc(sizeof(float) * n * inter), *hr = malloc(sizeof(float) * n * inter);
     qlt_cpu_swiglu_fwd_fast(h, gu, n, inter);
     qlt_cpu_swiglu_fwd(hr, gu, n, inter);
-    cr_expect_leq(max_rel(h, hr, n * inter), 1e-6, "h: %.3g", max_rel(h, hr, n * inter));
+    cr_expect_leq(test_rel_err(h, hr, n * inter), 1e-6, "h: %.3g", test_rel_err(h, hr, n * inter));
     float *dgu = malloc(sizeof(float) * n * 2 * inter), *dgur = malloc(sizeof(float) * n * 2 * inter);
     qlt_cpu_swiglu_bwd_fast(dgu, dh, gu, n, inter);
     qlt_cpu_swiglu_bwd(dgur, dh, gu, n, inter);
-    cr_expect_leq(max_rel(dgu, dgur, n * 2 * inter), 1e-6, "dgu: %.3g", max_rel(dgu, dgur, n * 2 * inter));
-    float *inplace = copy_floats(gu, n * 2 * inter);
+    cr_expect_leq(test_rel_err(dgu, dgur, n * 2 * inter), 1e-6, "dgu: %.3g", test_rel_err(dgu, dgur, n * 2 * inter));
+    float *inplace = test_copy_floats(gu, n * 2 * inter);
     qlt_cpu_swiglu_bwd_fast(inplace, dh, inplace, n, inter);
-    cr_expect_leq(max_rel(inplace, dgur, n * 2 * inter), 1e-6, "dgu in place: %.3g",
-                  max_rel(inplace, dgur, n * 2 * inter));
+    cr_expect_leq(test_rel_err(inplace, dgur, n * 2 * inter), 1e-6, "dgu in place: %.3g",
+                  test_rel_err(inplace, dgur, n * 2 * inter));
     free(gu), free(dh), free(h), free(hr), free(dgu), free(dgur), free(inplace);
 }
 
@@ -179,18 +154,18 @@ Test(cpu_fast, attention_matches_the_reference) {
     float *lse = malloc(sizeof(float) * n * NH), *lser = malloc(sizeof(float) * n * NH);
     qlt_cpu_attention_fwd_fast(out, lse, q, k, v, seg, B, S, NH, NKV, HD, scale);
     qlt_cpu_attention_fwd(outr, lser, q, k, v, seg, B, S, NH, NKV, HD, scale);
-    cr_expect_leq(max_rel(out, outr, qn), 1e-5, "out: %.3g", max_rel(out, outr, qn));
-    cr_expect_leq(max_rel(lse, lser, n * NH), 1e-5, "lse: %.3g", max_rel(lse, lser, n * NH));
+    cr_expect_leq(test_rel_err(out, outr, qn), 1e-5, "out: %.3g", test_rel_err(out, outr, qn));
+    cr_expect_leq(test_rel_err(lse, lser, n * NH), 1e-5, "lse: %.3g", test_rel_err(lse, lser, n * NH));
     float *dq = malloc(sizeof(float) * qn), *dqr = malloc(sizeof(float) * qn);
     float *dk = malloc(sizeof(float) * kn), *dkr = malloc(sizeof(float) * kn);
     float *dv = malloc(sizeof(float) * kn), *dvr = malloc(sizeof(float) * kn);
     float *sc = malloc(sizeof(float) * n * NH), *scr = malloc(sizeof(float) * n * NH);
     qlt_cpu_attention_bwd_fast(dq, dk, dv, sc, dout, outr, lser, q, k, v, seg, B, S, NH, NKV, HD, scale);
     qlt_cpu_attention_bwd(dqr, dkr, dvr, scr, dout, outr, lser, q, k, v, seg, B, S, NH, NKV, HD, scale);
-    cr_expect_leq(max_rel(dq, dqr, qn), 1e-5, "dq: %.3g", max_rel(dq, dqr, qn));
-    cr_expect_leq(max_rel(dk, dkr, kn), 1e-5, "dk: %.3g", max_rel(dk, dkr, kn));
-    cr_expect_leq(max_rel(dv, dvr, kn), 1e-5, "dv: %.3g", max_rel(dv, dvr, kn));
-    cr_expect_leq(max_rel(sc, scr, n * NH), 1e-5, "D: %.3g", max_rel(sc, scr, n * NH));
+    cr_expect_leq(test_rel_err(dq, dqr, qn), 1e-5, "dq: %.3g", test_rel_err(dq, dqr, qn));
+    cr_expect_leq(test_rel_err(dk, dkr, kn), 1e-5, "dk: %.3g", test_rel_err(dk, dkr, kn));
+    cr_expect_leq(test_rel_err(dv, dvr, kn), 1e-5, "dv: %.3g", test_rel_err(dv, dvr, kn));
+    cr_expect_leq(test_rel_err(sc, scr, n * NH), 1e-5, "D: %.3g", test_rel_err(sc, scr, n * NH));
     free(q), free(k), free(v), free(dout), free(out), free(outr), free(lse), free(lser);
     free(dq), free(dqr), free(dk), free(dkr), free(dv), free(dvr), free(sc), free(scr);
 }
@@ -209,7 +184,7 @@ Test(cpu_fast, lm_head_loss_matches_the_reference) {
     double loss = qlt_cpu_lm_head_loss_fast(dx, scratch, x, w, targets, n, d, vocab, grad_scale);
     double loss_ref = qlt_cpu_lm_head_loss(dxr, scratch_ref, x, w, targets, n, d, vocab, grad_scale);
     cr_expect_leq(fabs(loss - loss_ref) / loss_ref, 1e-6, "loss %.9g vs %.9g", loss, loss_ref);
-    cr_expect_leq(max_rel(dx, dxr, n * d), 1e-5, "dx: %.3g", max_rel(dx, dxr, n * d));
+    cr_expect_leq(test_rel_err(dx, dxr, n * d), 1e-5, "dx: %.3g", test_rel_err(dx, dxr, n * d));
     int64_t nonzero = 0;
     for (int64_t t = 0; t < n; t++)
         for (int64_t j = 0; j < d && targets[t] < 0; j++) nonzero += dx[t * d + j] != 0.0f;
@@ -233,8 +208,8 @@ Test(cpu_fast, lora_group_matches_the_reference) {
         float *du = malloc(sizeof(float) * n * K * R), *dur = malloc(sizeof(float) * n * K * R);
         for (int with_work = 0; with_work < 2; with_work++)
             for (int variant = 0; variant < 3; variant++) { /* dx beta 0, dx beta 1, no dx */
-                float *y = random_floats(n * ld, 1.0f), *yr = copy_floats(y, n * ld);
-                float *grads = random_floats(np, 0.1f), *gradsr = copy_floats(grads, np);
+                float *y = random_floats(n * ld, 1.0f), *yr = test_copy_floats(y, n * ld);
+                float *grads = random_floats(np, 0.1f), *gradsr = test_copy_floats(grads, np);
                 qlt_lora_site s[K], sr[K];
                 int64_t off = 0, col = 0;
                 for (int i = 0; i < K; i++) {
@@ -247,21 +222,21 @@ Test(cpu_fast, lora_group_matches_the_reference) {
                 }
                 qlt_cpu_lora_fwd_fast(s, K, u, x, n, in, R, 0.5f, work, with_work ? K * R * in : 0);
                 qlt_cpu_lora_fwd(sr, K, ur, x, n, in, R, 0.5f);
-                cr_expect_leq(max_rel(u, ur, n * K * R), 1e-5, "n %lld work %d: u %.3g", (long long)n, with_work,
-                              max_rel(u, ur, n * K * R));
-                cr_expect_leq(max_rel(y, yr, n * ld), 1e-5, "n %lld work %d: y %.3g", (long long)n, with_work,
-                              max_rel(y, yr, n * ld));
-                float *dx = variant == 2 ? NULL : random_floats(n * in, 1.0f), *dxr = dx ? copy_floats(dx, n * in) : NULL;
+                cr_expect_leq(test_rel_err(u, ur, n * K * R), 1e-5, "n %lld work %d: u %.3g", (long long)n, with_work,
+                              test_rel_err(u, ur, n * K * R));
+                cr_expect_leq(test_rel_err(y, yr, n * ld), 1e-5, "n %lld work %d: y %.3g", (long long)n, with_work,
+                              test_rel_err(y, yr, n * ld));
+                float *dx = variant == 2 ? NULL : random_floats(n * in, 1.0f), *dxr = dx ? test_copy_floats(dx, n * in) : NULL;
                 qlt_cpu_lora_bwd_fast(s, K, du, ur, x, dx, (float)variant, n, in, R, 0.5f, work,
                                       with_work ? 2 * K * R * in : 0);
                 qlt_cpu_lora_bwd(sr, K, dur, ur, x, dxr, (float)variant, n, in, R, 0.5f);
-                cr_expect_leq(max_rel(du, dur, n * K * R), 1e-5, "n %lld work %d variant %d: du %.3g", (long long)n,
-                              with_work, variant, max_rel(du, dur, n * K * R));
-                cr_expect_leq(max_rel(grads, gradsr, np), 1e-5, "n %lld work %d variant %d: dA, dB %.3g", (long long)n,
-                              with_work, variant, max_rel(grads, gradsr, np));
+                cr_expect_leq(test_rel_err(du, dur, n * K * R), 1e-5, "n %lld work %d variant %d: du %.3g", (long long)n,
+                              with_work, variant, test_rel_err(du, dur, n * K * R));
+                cr_expect_leq(test_rel_err(grads, gradsr, np), 1e-5, "n %lld work %d variant %d: dA, dB %.3g", (long long)n,
+                              with_work, variant, test_rel_err(grads, gradsr, np));
                 if (dx)
-                    cr_expect_leq(max_rel(dx, dxr, n * in), 1e-5, "n %lld work %d variant %d: dx %.3g", (long long)n,
-                                  with_work, variant, max_rel(dx, dxr, n * in));
+                    cr_expect_leq(test_rel_err(dx, dxr, n * in), 1e-5, "n %lld work %d variant %d: dx %.3g", (long long)n,
+                                  with_work, variant, test_rel_err(dx, dxr, n * in));
                 free(y), free(yr), free(grads), free(gradsr), free(dx), free(dxr);
             }
         free(x), free(dy), free(u), free(ur), free(du), free(dur);

@@ -9,35 +9,11 @@
 
 #include "cpu/cpu_ops.h"
 #include "cpu/gemma_ops.h"
+#include "test_util.h"
 
 static unsigned rng_state = 2611;
 
-static float noise(void) { /* uniform in [-1, 1) */
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return (float)((rng_state >> 8) & 0xffff) / 32768.0f - 1.0f;
-}
-
-static float *random_floats(int64_t n, float scale) {
-    float *x = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) x[i] = scale * noise();
-    return x;
-}
-
-static float *copy_floats(const float *x, int64_t n) {
-    float *y = malloc(sizeof(float) * (size_t)n);
-    memcpy(y, x, sizeof(float) * (size_t)n);
-    return y;
-}
-
-/* max |got - ref| / max |ref| */
-static double max_rel(const float *got, const float *ref, int64_t n) {
-    double err = 0, mx = 0;
-    for (int64_t i = 0; i < n; i++) {
-        err = fmax(err, fabs((double)got[i] - ref[i]));
-        mx = fmax(mx, fabs((double)ref[i]));
-    }
-    return mx > 0 ? err / mx : err;
-}
+static float *random_floats(int64_t n, float scale) { return test_random_floats(&rng_state, n, scale); }
 
 static double dot(const float *a, const float *b, int64_t n) {
     double s = 0;
@@ -68,15 +44,15 @@ Test(gemma_ops, geglu_matches_the_reference) {
     float *h = malloc(sizeof(float) * n * inter), *hr = malloc(sizeof(float) * n * inter);
     qlt_cpu_geglu_fwd_fast(h, gu, n, inter);
     qlt_cpu_geglu_fwd(hr, gu, n, inter);
-    cr_expect_leq(max_rel(h, hr, n * inter), 1e-6, "h: %.3g", max_rel(h, hr, n * inter));
+    cr_expect_leq(test_rel_err(h, hr, n * inter), 1e-6, "h: %.3g", test_rel_err(h, hr, n * inter));
     float *dgu = malloc(sizeof(float) * n * 2 * inter), *dgur = malloc(sizeof(float) * n * 2 * inter);
     qlt_cpu_geglu_bwd_fast(dgu, dh, gu, n, inter);
     qlt_cpu_geglu_bwd(dgur, dh, gu, n, inter);
-    cr_expect_leq(max_rel(dgu, dgur, n * 2 * inter), 1e-6, "dgu: %.3g", max_rel(dgu, dgur, n * 2 * inter));
-    float *inplace = copy_floats(gu, n * 2 * inter);
+    cr_expect_leq(test_rel_err(dgu, dgur, n * 2 * inter), 1e-6, "dgu: %.3g", test_rel_err(dgu, dgur, n * 2 * inter));
+    float *inplace = test_copy_floats(gu, n * 2 * inter);
     qlt_cpu_geglu_bwd_fast(inplace, dh, inplace, n, inter);
-    cr_expect_leq(max_rel(inplace, dgur, n * 2 * inter), 1e-6, "dgu in place: %.3g",
-                  max_rel(inplace, dgur, n * 2 * inter));
+    cr_expect_leq(test_rel_err(inplace, dgur, n * 2 * inter), 1e-6, "dgu in place: %.3g",
+                  test_rel_err(inplace, dgur, n * 2 * inter));
     /* gelu_tanh(x) * 1 at x = 1, -0.5, 3 */
     const float gate_up[6] = {1.0f, -0.5f, 3.0f, 1.0f, 1.0f, 1.0f};
     const double want[3] = {0.8411919906082768, -0.15428599017485606, 2.996362607918227};
@@ -127,20 +103,20 @@ Test(gemma_ops, attention_softcap_matches_the_reference) {
     float *lse = malloc(sizeof(float) * n * NH), *lser = malloc(sizeof(float) * n * NH);
     qlt_cpu_attention_softcap_fwd_fast(out, lse, q, k, v, seg, B, S, NH, NKV, HD, scale, cap);
     qlt_cpu_attention_softcap_fwd(outr, lser, q, k, v, seg, B, S, NH, NKV, HD, scale, cap);
-    cr_expect_leq(max_rel(out, outr, qn), 1e-5, "out: %.3g", max_rel(out, outr, qn));
-    cr_expect_leq(max_rel(lse, lser, n * NH), 1e-5, "lse: %.3g", max_rel(lse, lser, n * NH));
+    cr_expect_leq(test_rel_err(out, outr, qn), 1e-5, "out: %.3g", test_rel_err(out, outr, qn));
+    cr_expect_leq(test_rel_err(lse, lser, n * NH), 1e-5, "lse: %.3g", test_rel_err(lse, lser, n * NH));
     qlt_cpu_attention_fwd(plain, lse, q, k, v, seg, B, S, NH, NKV, HD, scale);
-    cr_expect_geq(max_rel(plain, outr, qn), 1e-2, "the cap of %g changes nothing: %.3g", cap, max_rel(plain, outr, qn));
+    cr_expect_geq(test_rel_err(plain, outr, qn), 1e-2, "the cap of %g changes nothing: %.3g", cap, test_rel_err(plain, outr, qn));
     float *dq = malloc(sizeof(float) * qn), *dqr = malloc(sizeof(float) * qn);
     float *dk = malloc(sizeof(float) * kn), *dkr = malloc(sizeof(float) * kn);
     float *dv = malloc(sizeof(float) * kn), *dvr = malloc(sizeof(float) * kn);
     float *sc = malloc(sizeof(float) * n * NH), *scr = malloc(sizeof(float) * n * NH);
     qlt_cpu_attention_softcap_bwd_fast(dq, dk, dv, sc, dout, outr, lser, q, k, v, seg, B, S, NH, NKV, HD, scale, cap);
     qlt_cpu_attention_softcap_bwd(dqr, dkr, dvr, scr, dout, outr, lser, q, k, v, seg, B, S, NH, NKV, HD, scale, cap);
-    cr_expect_leq(max_rel(dq, dqr, qn), 1e-5, "dq: %.3g", max_rel(dq, dqr, qn));
-    cr_expect_leq(max_rel(dk, dkr, kn), 1e-5, "dk: %.3g", max_rel(dk, dkr, kn));
-    cr_expect_leq(max_rel(dv, dvr, kn), 1e-5, "dv: %.3g", max_rel(dv, dvr, kn));
-    cr_expect_leq(max_rel(sc, scr, n * NH), 1e-5, "D: %.3g", max_rel(sc, scr, n * NH));
+    cr_expect_leq(test_rel_err(dq, dqr, qn), 1e-5, "dq: %.3g", test_rel_err(dq, dqr, qn));
+    cr_expect_leq(test_rel_err(dk, dkr, kn), 1e-5, "dk: %.3g", test_rel_err(dk, dkr, kn));
+    cr_expect_leq(test_rel_err(dv, dvr, kn), 1e-5, "dv: %.3g", test_rel_err(dv, dvr, kn));
+    cr_expect_leq(test_rel_err(sc, scr, n * NH), 1e-5, "D: %.3g", test_rel_err(sc, scr, n * NH));
     free(q), free(k), free(v), free(dout), free(out), free(outr), free(plain), free(lse), free(lser);
     free(dq), free(dqr), free(dk), free(dkr), free(dv), free(dvr), free(sc), free(scr);
 }
@@ -195,7 +171,7 @@ Test(gemma_ops, lm_head_loss_softcap_matches_the_reference) {
     double loss = qlt_cpu_lm_head_loss_softcap_fast(dx, scratch, x, w, targets, n, d, vocab, grad_scale, cap);
     double loss_ref = qlt_cpu_lm_head_loss_softcap(dxr, scratch_ref, x, w, targets, n, d, vocab, grad_scale, cap);
     cr_expect_leq(fabs(loss - loss_ref) / loss_ref, 1e-6, "loss %.9g vs %.9g", loss, loss_ref);
-    cr_expect_leq(max_rel(dx, dxr, n * d), 1e-5, "dx: %.3g", max_rel(dx, dxr, n * d));
+    cr_expect_leq(test_rel_err(dx, dxr, n * d), 1e-5, "dx: %.3g", test_rel_err(dx, dxr, n * d));
     double plain = qlt_cpu_lm_head_loss(NULL, scratch_ref, x, w, targets, n, d, vocab, grad_scale);
     cr_expect_geq(fabs(plain - loss_ref) / loss_ref, 1e-2, "the cap of %g changes nothing", cap);
     const float eps = 1e-3f;

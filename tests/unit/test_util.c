@@ -76,6 +76,23 @@ void test_write_golden_tokens(const char *name, const char *path, int *batch, in
     if (seq) *seq = s_n;
 }
 
+float test_noise(unsigned *state) {
+    *state = *state * 1664525u + 1013904223u;
+    return (float)((*state >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+float *test_random_floats(unsigned *state, int64_t n, float scale) {
+    float *x = qlt_xmalloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++) x[i] = scale * test_noise(state);
+    return x;
+}
+
+float *test_copy_floats(const float *x, int64_t n) {
+    float *y = qlt_xmalloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    return y;
+}
+
 double test_rel_err(const float *a, const float *ref, int64_t n) {
     double err = 0, scale = 0;
     for (int64_t i = 0; i < n; i++) {

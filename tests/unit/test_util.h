@@ -33,6 +33,12 @@ double test_rel_err(const float *a, const float *ref, int64_t n);
  * must be active) against the golden's grad.<PEFT tensor name>, which must have the same numel: expects
  * max |err| <= tol * max |golden| per tensor. `what` prefixes the failure messages (may be ""). */
 void test_check_lora_grads(const qlt_lora *lora, const qlt_st_file *golden, double tol, const char *what);
+/* Uniform in [-1, 1) from an LCG whose state is *state: the tests' random inputs, the same every run. */
+float test_noise(unsigned *state);
+/* n values scale * test_noise(state) (heap). */
+float *test_random_floats(unsigned *state, int64_t n, float scale);
+/* A heap copy of n floats. */
+float *test_copy_floats(const float *x, int64_t n);
 /* mkdtemp under /tmp; heap path. */
 char *test_tmpdir(void);
 /* Runs QLT_BINARY with args through sh (so args may hold redirections), in directory cwd when not NULL;
