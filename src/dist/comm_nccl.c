@@ -188,8 +188,8 @@ int qlt_comm_nccl_open(qlt_comm **out, const qlt_dist_env *env, double timeout_s
     }
     r = n->CommInitRank(&n->comm, env->world, id, env->rank);
     if (r != ncclSuccess) {
-        qlt_fail("rank %d: ncclCommInitRank (%d ranks) failed: %s (NCCL_DEBUG=INFO says why)", env->rank, env->world,
-                 n->GetErrorString(r));
+        qlt_fail("rank %d: ncclCommInitRank (%d ranks) failed: %s%s", env->rank, env->world, n->GetErrorString(r),
+                 r == ncclInvalidUsage ? "; two ranks on one GPU (LOCAL_RANK) give this too: one GPU a rank" : "");
         free(n);
         return -1;
     }

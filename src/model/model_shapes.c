@@ -9,6 +9,7 @@
 #include "common/fileutil.h"
 #include "formats/bnb_checkpoint.h"
 #include "formats/gguf.h"
+#include "model/gemma_model.h"
 #include "model/model.h"
 
 #define RANDOM_PREFIX "random:"
@@ -49,5 +50,8 @@ int qlt_model_init_shapes(qlt_model *m, qlt_backend *be, const char *path, const
         o.nf4_blocksize = 64;
     }
     o.shapes_only = 1;
+    /* what the backend cannot run is refused here, naming model.path (the load would refuse it the same way) */
+    QLT_TRY(qlt_model_check_backend(&mc, be, path));
+    QLT_TRY(qlt_gemma_backend_check(&mc, be, path));
     return qlt_model_init_random(m, be, &mc, 0, &o);
 }
